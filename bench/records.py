@@ -1,0 +1,178 @@
+"""Run records: one JSON object per run, appended to JSON Lines files.
+
+Appends are one `write()` of a whole line to a file opened with O_APPEND under an
+exclusive lock, then fsync: a crash can lose at most the line being written,
+never an earlier one, and two writers never interleave. Reading keeps every good
+record and reports each bad line with its file and line number.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import fcntl
+import json
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+DEFAULT_FILE = "runs.jsonl"
+
+# Fields every record must have, whatever its status.
+REQUIRED = ("schema_version", "run_id", "status", "engine", "spec", "world_size")
+
+
+class Status:
+    OK = "ok"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+
+
+class RecordsError(OSError):
+    """The results location cannot be used; the message says what to do."""
+
+
+# Explicit migrations, oldest first: MIGRATIONS[v] turns a version-v record into v+1.
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    path: str
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.message}"
+
+
+@dataclasses.dataclass
+class Loaded:
+    records: list[dict[str, Any]]
+    problems: list[Problem]
+
+
+def results_file(results: str | Path) -> Path:
+    """The JSON Lines file for a results location: a directory gets runs.jsonl."""
+    p = Path(results)
+    if p.suffix == ".jsonl":
+        return p
+    return p / DEFAULT_FILE
+
+
+def check_writable(results: str | Path) -> Path:
+    """Create the results directory if needed and prove it is writable, before any work."""
+    target = results_file(results)
+    folder = target.parent
+    if folder.exists() and not folder.is_dir():
+        raise RecordsError(f"results path {folder} is a file, not a directory; pass a directory")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RecordsError(f"cannot create results directory {folder}: {exc.strerror}") from None
+    if target.exists() and not target.is_file():
+        raise RecordsError(f"results file {target} exists but is not a regular file")
+    if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise RecordsError(
+            f"results location {target} is not writable; choose another with --results DIR"
+        )
+    return target
+
+
+def append(results: str | Path, record: dict[str, Any]) -> Path:
+    """Append one record atomically (whole line, locked, fsynced); returns the file."""
+    target = check_writable(results)
+    line = (json.dumps(record, sort_keys=True, allow_nan=False) + "\n").encode()
+    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        # A previous writer that died mid-line leaves no newline at the end; start
+        # on a fresh line so that this record stays readable.
+        size = os.fstat(fd).st_size
+        if size:
+            with open(target, "rb") as fh:
+                fh.seek(size - 1)
+                if fh.read(1) != b"\n":
+                    line = b"\n" + line
+        written = os.write(fd, line)
+        if written != len(line):
+            raise RecordsError(f"short write to {target}: disk full?")
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise RecordsError(f"no space left to write {target}") from None
+        raise
+    finally:
+        os.close(fd)
+    return target
+
+
+def _files(paths: Iterable[str | Path]) -> tuple[list[Path], list[Problem]]:
+    files: list[Path] = []
+    problems: list[Problem] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            files.extend(sorted(p.rglob("*.jsonl")))
+        elif p.is_file():
+            files.append(p)
+        else:
+            problems.append(Problem(str(p), 0, "no such file or directory"))
+    return files, problems
+
+
+def migrate(record: dict[str, Any]) -> dict[str, Any]:
+    """Bring a record to SCHEMA_VERSION through the explicit migrations."""
+    version = record.get("schema_version")
+    if not isinstance(version, int):
+        raise ValueError(f"schema_version is missing or not an integer: {version!r}")
+    if version > SCHEMA_VERSION:
+        raise ValueError(
+            f"schema_version {version} is newer than this bench understands "
+            f"({SCHEMA_VERSION}); upgrade bench to read it"
+        )
+    while version < SCHEMA_VERSION:
+        if version not in MIGRATIONS:
+            raise ValueError(f"no migration from schema_version {version}")
+        record = MIGRATIONS[version](record)
+        version = record["schema_version"]
+    return record
+
+
+def load(paths: Iterable[str | Path]) -> Loaded:
+    """Every good record under `paths` (files or directories), plus each problem found."""
+    files, problems = _files(paths)
+    records: list[dict[str, Any]] = []
+    for path in files:
+        try:
+            fh = open(path, "rb")
+        except OSError as exc:
+            problems.append(Problem(str(path), 0, f"cannot read: {exc.strerror}"))
+            continue
+        with fh:
+            for number, raw in enumerate(fh, start=1):
+                if not raw.strip():
+                    continue
+                try:
+                    record = json.loads(raw.decode("utf-8"))
+                except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                    problems.append(Problem(str(path), number, f"not valid JSON ({exc})"))
+                    continue
+                if not isinstance(record, dict):
+                    problems.append(Problem(str(path), number, "not a JSON object"))
+                    continue
+                missing = [k for k in REQUIRED if k not in record]
+                if missing:
+                    problems.append(
+                        Problem(str(path), number, f"missing field(s): {', '.join(missing)}")
+                    )
+                    continue
+                try:
+                    record = migrate(record)
+                except ValueError as exc:
+                    problems.append(Problem(str(path), number, str(exc)))
+                    continue
+                record["_source"] = f"{path}:{number}"
+                records.append(record)
+    return Loaded(records, problems)

@@ -1,0 +1,274 @@
+"""The identical-settings contract: one `RunSpec` that every engine receives.
+
+Everything that must be equal across engines lives here, and nothing
+engine-specific does. A spec round-trips through JSON, refuses unknown keys and
+wrong types, and `validate()` refuses contradictory combinations before
+anything is launched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import enum
+import math
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any
+
+
+class SpecError(ValueError):
+    """A run specification that cannot be honoured; the message names the field."""
+
+
+class Engine(str, enum.Enum):
+    HOROVOD = "horovod"
+    DDP = "ddp"
+    PADDLE = "paddle"
+
+
+class Scaling(str, enum.Enum):
+    WEAK = "weak"  # per-worker batch fixed; global batch grows with workers
+    STRONG = "strong"  # global batch fixed; per-worker batch shrinks
+
+
+class Optimizer(str, enum.Enum):
+    SGD = "sgd"
+    ADAM = "adam"
+
+
+class LRRule(str, enum.Enum):
+    CONSTANT = "constant"  # lr as given at every world size
+    LINEAR = "linear"  # lr x (global batch / base global batch) (Goyal et al.)
+    SQRT = "sqrt"  # lr x sqrt(global batch / base global batch)
+
+
+class LRSchedule(str, enum.Enum):
+    CONSTANT = "constant"  # the peak rate after warm-up until the end
+    COSINE = "cosine"  # cosine decay from the peak to zero over the remaining steps
+
+
+class Precision(str, enum.Enum):
+    FP32 = "fp32"
+    FP16 = "fp16"
+    BF16 = "bf16"
+
+
+class Device(str, enum.Enum):
+    CPU = "cpu"
+    CUDA = "cuda"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """Everything that must be equal across engines for a comparison to be fair.
+
+    `batch_size` is the per-worker batch under weak scaling and the global batch
+    under strong scaling. `lr` is the learning rate at the base global batch
+    `lr_base_batch` (default: `batch_size`, i.e. the 1-worker global batch), and
+    `lr_rule` scales it to the actual global batch; `lr_warmup_epochs` ramps it
+    linearly from `lr` to the scaled value, as large-batch recipes do, and
+    `lr_schedule` shapes it over the rest of the run.
+    """
+
+    model: str = "lenet"
+    dataset: str = "digits"
+    data_path: str | None = None
+    batch_size: int = 32
+    scaling: Scaling = Scaling.WEAK
+    epochs: int = 10
+    max_steps: int | None = None  # stop early after this many steps in total
+    warmup_steps: int = 5  # first steps excluded from timing
+    optimizer: Optimizer = Optimizer.SGD
+    lr: float = 0.05
+    lr_rule: LRRule = LRRule.LINEAR
+    lr_base_batch: int | None = None
+    lr_warmup_epochs: float = 0.0
+    lr_schedule: LRSchedule = LRSchedule.COSINE
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    seed: int = 0
+    threads: int = 1
+    precision: Precision = Precision.FP32
+    device: Device = Device.CPU
+    bucket_mb: float = 25.0  # DDP bucket / Horovod fusion threshold / Paddle comm buffer
+    test_fraction: float = 0.2
+    synthetic_samples: int = 2048
+
+    # -- construction -------------------------------------------------------------
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunSpec:
+        """Build a spec from plain data, refusing unknown keys and wrong types."""
+        if not isinstance(data, Mapping):
+            raise SpecError(f"a run spec must be a mapping, got {type(data).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SpecError(
+                f"unknown spec field(s): {', '.join(unknown)}; known fields: {', '.join(sorted(known))}"
+            )
+        hints = typing.get_type_hints(cls)
+        values = {name: _coerce(name, hints[name], value) for name, value in data.items()}
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data; enums become their string values."""
+        return {
+            f.name: (v.value if isinstance(v, enum.Enum) else v)
+            for f in dataclasses.fields(self)
+            for v in [getattr(self, f.name)]
+        }
+
+    def replace(self, **changes: Any) -> RunSpec:
+        return RunSpec.from_dict({**self.to_dict(), **changes})
+
+    # -- derived values -----------------------------------------------------------
+
+    def per_worker_batch(self, world_size: int) -> int:
+        if self.scaling is Scaling.WEAK:
+            return self.batch_size
+        if self.batch_size % world_size:
+            raise SpecError(
+                f"batch_size={self.batch_size} (global, strong scaling) does not divide "
+                f"among {world_size} workers; choose a multiple of {world_size}"
+            )
+        return self.batch_size // world_size
+
+    def global_batch(self, world_size: int) -> int:
+        return self.per_worker_batch(world_size) * world_size
+
+    def scaled_lr(self, world_size: int) -> float:
+        """Peak learning rate at this world size, after the scaling rule."""
+        base = self.lr_base_batch or self.global_batch(1)
+        ratio = self.global_batch(world_size) / base
+        if self.lr_rule is LRRule.CONSTANT:
+            return self.lr
+        if self.lr_rule is LRRule.LINEAR:
+            return self.lr * ratio
+        return float(self.lr * ratio**0.5)
+
+    def lr_at(self, step: int, steps_per_epoch: int, world_size: int, total_steps: int) -> float:
+        """Learning rate for global step `step` (0-based): linear warm-up, then the schedule."""
+        peak = self.scaled_lr(world_size)
+        warm = self.lr_warmup_epochs * steps_per_epoch
+        if step < warm:
+            return self.lr + (peak - self.lr) * (step / warm)
+        if self.lr_schedule is LRSchedule.CONSTANT:
+            return peak
+        progress = (step - warm) / max(total_steps - warm, 1)
+        return float(peak * 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+    # -- checks -------------------------------------------------------------------
+
+    def validate(self, world_size: int | None = None) -> RunSpec:
+        """Refuse contradictory settings, naming the field. Returns self."""
+        positive_ints = ["batch_size", "epochs", "threads", "synthetic_samples"]
+        for name in positive_ints:
+            if getattr(self, name) < 1:
+                raise SpecError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.warmup_steps < 0:
+            raise SpecError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise SpecError(f"max_steps must be >= 1 when given, got {self.max_steps}")
+        if self.max_steps is not None and self.warmup_steps >= self.max_steps:
+            raise SpecError(
+                f"warmup_steps={self.warmup_steps} leaves no timed step within max_steps="
+                f"{self.max_steps}; lower warmup_steps or raise max_steps"
+            )
+        if not self.lr > 0:
+            raise SpecError(f"lr must be > 0, got {self.lr}")
+        if self.lr_base_batch is not None and self.lr_base_batch < 1:
+            raise SpecError(f"lr_base_batch must be >= 1, got {self.lr_base_batch}")
+        if self.lr_warmup_epochs < 0:
+            raise SpecError(f"lr_warmup_epochs must be >= 0, got {self.lr_warmup_epochs}")
+        if not 0 <= self.momentum < 1:
+            raise SpecError(f"momentum must be in [0, 1), got {self.momentum}")
+        if self.weight_decay < 0:
+            raise SpecError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        if not 0 < self.test_fraction < 1:
+            raise SpecError(f"test_fraction must be in (0, 1), got {self.test_fraction}")
+        if self.bucket_mb <= 0:
+            raise SpecError(f"bucket_mb must be > 0, got {self.bucket_mb}")
+        if self.optimizer is Optimizer.ADAM and self.momentum not in (0.0, 0.9):
+            raise SpecError("momentum is an SGD setting; leave it at its default with optimizer=adam")
+        if self.device is Device.CPU and self.precision is not Precision.FP32:
+            raise SpecError(
+                f"precision={self.precision.value} needs device=cuda; on CPU use precision=fp32"
+            )
+        if world_size is not None:
+            if world_size < 1:
+                raise SpecError(f"world size must be >= 1, got {world_size}")
+            self.per_worker_batch(world_size)
+        return self
+
+
+def _coerce(name: str, hint: Any, value: Any) -> Any:
+    """Check (and for enums, convert) one field value against its annotation."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value is None:
+            return None
+        return _coerce(name, args[0], value)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        try:
+            return hint(value)
+        except ValueError:
+            choices = ", ".join(m.value for m in hint)
+            raise SpecError(f"{name}={value!r} is not one of: {choices}") from None
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise SpecError(f"{name} must be an integer, got {value!r}")
+    if hint in (float, str) and not isinstance(value, hint):
+        raise SpecError(f"{name} must be a {hint.__name__}, got {value!r}")
+    return value
+
+
+# -- command-line flags shared by every runner and by `bench run` -------------------
+
+_FLAG_HELP = {
+    "model": "reference model (see `bench models`)",
+    "dataset": "synthetic | digits | mnist",
+    "data_path": "directory holding dataset files (mnist: the four IDX files)",
+    "batch_size": "per-worker batch (weak scaling) or global batch (strong scaling)",
+    "max_steps": "stop after this many training steps in total",
+    "warmup_steps": "first steps excluded from timing",
+    "lr": "learning rate at the base global batch",
+    "lr_base_batch": "global batch at which --lr applies (default: 1-worker batch)",
+    "bucket_mb": "gradient bucket / fusion buffer size in MB, applied to every engine",
+    "threads": "intra-op threads per worker (OMP/MKL and the framework's own)",
+}
+
+
+def add_spec_flags(parser: argparse.ArgumentParser, defaults: RunSpec | None = None) -> None:
+    """Add one --flag per RunSpec field; values are parsed again by RunSpec.from_dict."""
+    defaults = defaults or RunSpec()
+    hints = typing.get_type_hints(RunSpec)
+    group = parser.add_argument_group("run spec (identical for every engine)")
+    for f in dataclasses.fields(RunSpec):
+        hint = hints[f.name]
+        base = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+        kind = base[0]
+        flag = "--" + f.name.replace("_", "-")
+        default = getattr(defaults, f.name)
+        shown = default.value if isinstance(default, enum.Enum) else default
+        kwargs: dict[str, Any] = {"dest": f.name, "default": None, "help": _FLAG_HELP.get(f.name, "")}
+        kwargs["help"] = (kwargs["help"] + f" (default: {shown})").strip()
+        if isinstance(kind, type) and issubclass(kind, enum.Enum):
+            kwargs["choices"] = [m.value for m in kind]
+        elif kind in (int, float):
+            kwargs["type"] = kind
+        group.add_argument(flag, **kwargs)
+
+
+def spec_from_args(args: argparse.Namespace, base: RunSpec | None = None) -> RunSpec:
+    """The spec given by parsed flags on top of `base` (flags left unset keep base's values)."""
+    data = (base or RunSpec()).to_dict()
+    for name in data:
+        value = getattr(args, name, None)
+        if value is not None:
+            data[name] = value
+    return RunSpec.from_dict(data)

@@ -1,0 +1,68 @@
+"""The model contract and the numpy side every framework shares.
+
+Canonical weight layout is PyTorch's (Linear weight [out, in], Conv weight
+[out, in, kh, kw]); the paddle loader transposes Linear weights, since paddle
+stores them as [in, out].
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+Weights = dict[str, np.ndarray]
+Shape = tuple[int, ...]
+
+_INIT_STREAM = 4  # random stream tag for initial weights (see bench.data for the others)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelDef:
+    """One reference model.
+
+    `param_shapes(input_shape, classes)` gives the canonical name -> shape map
+    (with fan-in per tensor) from which numpy initialises; `torch(...)` and
+    `paddle(...)` build an uninitialised module whose parameter names match it.
+    `check_input(shape)` raises ValueError when the model cannot take that input.
+    """
+
+    name: str
+    description: str
+    default_dataset: str
+    default_batch: int
+    synthetic_shape: Shape  # input shape used with the synthetic dataset
+    param_shapes: Callable[[Shape, int], dict[str, tuple[Shape, int]]]
+    torch: Callable[[Shape, int], Any]
+    paddle: Callable[[Shape, int], Any]
+    check_input: Callable[[Shape], None]
+
+
+def init_weights(model: ModelDef, input_shape: Shape, num_classes: int, seed: int) -> Weights:
+    """Initial weights for (model, seed) in numpy float32, PyTorch's default rule.
+
+    Uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights and biases is what
+    torch's kaiming_uniform_(a=sqrt(5)) default amounts to; drawing it here, in
+    sorted name order from one seeded stream, makes it framework-independent.
+    """
+    model.check_input(input_shape)
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, _INIT_STREAM])))
+    weights: Weights = {}
+    for name, (shape, fan_in) in sorted(model.param_shapes(input_shape, num_classes).items()):
+        bound = 1.0 / np.sqrt(fan_in)
+        weights[name] = rng.uniform(-bound, bound, size=shape).astype(np.float32)
+    return weights
+
+
+def weights_fingerprint(weights: Weights) -> str:
+    """Order-independent hash of named float32 arrays in canonical layout."""
+    h = hashlib.sha256()
+    for name in sorted(weights):
+        arr = np.ascontiguousarray(weights[name], dtype=np.float32)
+        h.update(name.encode())
+        h.update(str(arr.shape).encode())
+        h.update(arr.tobytes())
+    return h.hexdigest()[:16]

@@ -1,0 +1,91 @@
+"""The adapter contract: what an engine must supply to the shared training protocol.
+
+The protocol (runners/protocol.py) owns the loop, timing, data order,
+evaluation, gathering and the record; an adapter only translates those into its
+framework. Adding a fourth engine is one new adapter file and one entry script.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+import numpy as np
+
+from bench.spec import Engine, RunSpec
+from models.base import ModelDef, Shape, Weights
+
+
+class EngineAdapter(abc.ABC):
+    engine: Engine
+    launcher: str  # the launcher users type for this engine
+
+    def __init__(self, spec: RunSpec, timeout_s: float = 300.0) -> None:
+        self.spec = spec
+        self.timeout_s = timeout_s  # longest a collective may wait for a peer before failing
+        self.rank = 0
+        self.local_rank = 0
+        self.world_size = 1
+
+    @abc.abstractmethod
+    def expected_world_size(self) -> int:
+        """World size as the launcher announced it, read before any collective starts."""
+
+    @abc.abstractmethod
+    def init(self) -> None:
+        """Join the process group; set rank, local_rank and world_size."""
+
+    @abc.abstractmethod
+    def build(self, model: ModelDef, weights: Weights, input_shape: Shape, classes: int) -> None:
+        """Build the model from the shared numpy weights, wrap it and its optimizer."""
+
+    @abc.abstractmethod
+    def to_batch(self, x: np.ndarray, y: np.ndarray) -> Any:
+        """Framework tensors for one batch (outside the timed region)."""
+
+    @abc.abstractmethod
+    def train_step(self, batch: Any, lr: float) -> Any:
+        """Forward, backward, gradient averaging and optimizer step; returns the local loss."""
+
+    @abc.abstractmethod
+    def loss_value(self, loss: Any) -> float: ...
+
+    @abc.abstractmethod
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+        """(sum of per-sample loss, number correct) on this rank's test shard."""
+
+    @abc.abstractmethod
+    def state(self) -> Weights:
+        """Current parameters as numpy arrays in the canonical (torch) layout."""
+
+    @abc.abstractmethod
+    def save_native(self, stem: str) -> str:
+        """Write the weights in the framework's own format; returns the path."""
+
+    @abc.abstractmethod
+    def allreduce_sum(self, arr: np.ndarray) -> np.ndarray: ...
+
+    @abc.abstractmethod
+    def allgather(self, arr: np.ndarray) -> np.ndarray:
+        """Stack every rank's equally-shaped array: result shape [world, *arr.shape]."""
+
+    @abc.abstractmethod
+    def barrier(self) -> None: ...
+
+    def synchronize(self) -> None:
+        """Wait for queued device work so a step's time is its real time (no-op on CPU)."""
+
+    @abc.abstractmethod
+    def versions(self) -> dict[str, Any]:
+        """The engine's library versions and build facts."""
+
+    @abc.abstractmethod
+    def knobs(self) -> dict[str, Any]:
+        """Engine settings with differing defaults, as actually used in this run."""
+
+    @abc.abstractmethod
+    def threads(self) -> dict[str, Any]:
+        """Threads as the framework reports them after setup."""
+
+    def shutdown(self) -> None:
+        """Leave the process group cleanly."""

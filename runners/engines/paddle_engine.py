@@ -1,0 +1,167 @@
+"""PaddlePaddle DataParallel adapter.
+
+Paddle stores Linear weights as [in, out] where torch (the canonical layout)
+uses [out, in]; loading and reading weights transposes exactly those tensors,
+so the fingerprint of the loaded model equals the torch engines' bit for bit.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+
+import numpy as np
+
+with warnings.catch_warnings():
+    # paddle warns on import when ccache is absent; irrelevant to running models.
+    warnings.simplefilter("ignore", UserWarning)
+    import paddle
+    import paddle.distributed as dist
+    import paddle.nn.functional as F
+
+from bench.spec import Device, Engine, Optimizer, Precision, SpecError
+from models.base import ModelDef, Shape, Weights
+from runners.engines.base import EngineAdapter
+
+
+class PaddleAdapter(EngineAdapter):
+    engine = Engine.PADDLE
+    launcher = "python -m paddle.distributed.launch"
+
+    layer: Any  # the unwrapped paddle.nn.Layer
+    model: Any  # DataParallel wrapper (or the layer itself at world size 1)
+    optimizer: Any
+
+    def expected_world_size(self) -> int:
+        return int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))
+
+    def init(self) -> None:
+        if self.spec.precision is not Precision.FP32:
+            raise SpecError(
+                f"precision={self.spec.precision.value} is not supported by the paddle runner "
+                "yet; use --precision fp32"
+            )
+        if self.spec.device is Device.CUDA:
+            if not paddle.is_compiled_with_cuda():
+                raise SpecError("device=cuda but this paddle is a CPU build; use --device cpu")
+            paddle.set_device(f"gpu:{dist.ParallelEnv().device_id}")
+        else:
+            paddle.set_device("cpu")
+        self._parallel = self.expected_world_size() > 1
+        if self._parallel:
+            dist.init_parallel_env()
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        self.local_rank = int(os.environ.get("PADDLE_LOCAL_RANK", self.rank))
+
+    def _linear_weights(self) -> set[str]:
+        return {
+            f"{name}.weight"
+            for name, sub in self.layer.named_sublayers()
+            if isinstance(sub, paddle.nn.Linear)
+        }
+
+    def build(self, model: ModelDef, weights: Weights, input_shape: Shape, classes: int) -> None:
+        s = self.spec
+        self.layer = model.paddle(input_shape, classes)
+        transposed = self._linear_weights()
+        state = {k: (v.T.copy() if k in transposed else v) for k, v in weights.items()}
+        own = set(self.layer.state_dict())
+        if own != set(state):
+            raise RuntimeError(f"paddle model parameters {sorted(own)} != shared weights {sorted(state)}")
+        self.layer.set_state_dict({k: paddle.to_tensor(v) for k, v in state.items()})
+        # DataParallel broadcasts rank 0's parameters at construction; at world
+        # size 1 paddle's wrapper is a pass-through.
+        self.model = (
+            paddle.DataParallel(self.layer, comm_buffer_size=s.bucket_mb) if self._parallel else self.layer
+        )
+        params = self.model.parameters()
+        if s.optimizer is Optimizer.SGD:
+            # Momentum with mu=0 is plain SGD; weight_decay as a float is coupled L2,
+            # as torch.optim.SGD's weight_decay is.
+            self.optimizer = paddle.optimizer.Momentum(
+                learning_rate=s.lr, momentum=s.momentum, parameters=params,
+                weight_decay=s.weight_decay or None,
+            )
+        else:
+            self.optimizer = paddle.optimizer.Adam(
+                learning_rate=s.lr, parameters=params, weight_decay=s.weight_decay or None
+            )
+
+    def to_batch(self, x: np.ndarray, y: np.ndarray) -> Any:
+        return paddle.to_tensor(x), paddle.to_tensor(y)
+
+    def train_step(self, batch: Any, lr: float) -> Any:
+        x, y = batch
+        self.optimizer.set_lr(lr)
+        loss = F.cross_entropy(self.model(x), y)
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.clear_grad()
+        return loss
+
+    def loss_value(self, loss: Any) -> float:
+        return float(loss.item())
+
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+        self.layer.eval()
+        with paddle.no_grad():
+            xt, yt = self.to_batch(x, y)
+            logits = self.layer(xt)
+            loss_sum = float(F.cross_entropy(logits, yt, reduction="sum").item())
+            correct = int((logits.argmax(1) == yt).astype("int64").sum().item())
+        self.layer.train()
+        return loss_sum, correct
+
+    def state(self) -> Weights:
+        transposed = self._linear_weights()
+        return {
+            k: (v.numpy().T.copy() if k in transposed else v.numpy().copy())
+            for k, v in self.layer.state_dict().items()
+        }
+
+    def save_native(self, stem: str) -> str:
+        path = stem + ".pdparams"
+        paddle.save(self.layer.state_dict(), path)
+        return path
+
+    def allreduce_sum(self, arr: np.ndarray) -> np.ndarray:
+        if not self._parallel:
+            return arr.copy()
+        t = paddle.to_tensor(np.ascontiguousarray(arr))
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        return np.asarray(t.numpy())
+
+    def allgather(self, arr: np.ndarray) -> np.ndarray:
+        if not self._parallel:
+            return arr[None].copy()
+        out: list[Any] = []
+        dist.all_gather(out, paddle.to_tensor(np.ascontiguousarray(arr)))
+        return np.stack([t.numpy() for t in out])
+
+    def barrier(self) -> None:
+        if self._parallel:
+            dist.barrier()
+
+    def synchronize(self) -> None:
+        if self.spec.device is Device.CUDA:
+            paddle.device.cuda.synchronize()
+
+    def versions(self) -> dict[str, Any]:
+        return {
+            "paddle": paddle.__version__,
+            "paddle_commit": paddle.version.commit,
+            "cuda": paddle.version.cuda(),
+            "backend": "nccl" if self.spec.device is Device.CUDA else "gloo",
+        }
+
+    def knobs(self) -> dict[str, Any]:
+        return {
+            "comm_buffer_size_mb": self.spec.bucket_mb,
+            "last_comm_buffer_size_mb": 1,
+            "data_parallel_wrapper": self._parallel,
+            "gradient_compression": "none",
+        }
+
+    def threads(self) -> dict[str, Any]:
+        return {v: os.environ.get(v) for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}

@@ -1,0 +1,270 @@
+"""PyTorch DistributedDataParallel and Horovod (PyTorch backend) adapters.
+
+Both train the very same torch module; they differ only in how the process
+group starts, how gradients are averaged and which collectives the protocol
+uses. Keeping the shared torch half in one base class is what makes their loss
+trajectories comparable to float rounding.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from bench.spec import Device, Engine, Optimizer, Precision, SpecError
+from models.base import ModelDef, Shape, Weights
+from runners.engines.base import EngineAdapter
+
+
+class TorchAdapter(EngineAdapter):
+    """The torch half shared by DDP and Horovod: model, optimizer, step, evaluation."""
+
+    module: torch.nn.Module  # the unwrapped model
+    model: torch.nn.Module  # what the training step calls (wrapped for DDP)
+    optimizer: torch.optim.Optimizer
+
+    @property
+    def device(self) -> torch.device:
+        if self.spec.device is Device.CUDA:
+            return torch.device("cuda", self.local_rank)
+        return torch.device("cpu")
+
+    def _setup_device(self) -> None:
+        if self.spec.device is Device.CUDA:
+            if not torch.cuda.is_available():
+                raise SpecError("device=cuda but torch sees no CUDA GPU; use --device cpu")
+            torch.cuda.set_device(self.local_rank)
+        if self.spec.precision is not Precision.FP32:
+            raise SpecError(
+                f"precision={self.spec.precision.value} is not supported by the {self.engine.value} "
+                "runner yet; use --precision fp32"
+            )
+        torch.set_num_threads(self.spec.threads)
+
+    def _make_optimizer(self, params: Any) -> torch.optim.Optimizer:
+        s = self.spec
+        if s.optimizer is Optimizer.SGD:
+            return torch.optim.SGD(params, lr=s.lr, momentum=s.momentum, weight_decay=s.weight_decay)
+        return torch.optim.Adam(params, lr=s.lr, weight_decay=s.weight_decay)
+
+    def _build_module(self, model: ModelDef, weights: Weights, input_shape: Shape, classes: int) -> None:
+        module = model.torch(input_shape, classes)
+        module.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in weights.items()}, strict=True)
+        self.module = module.to(self.device)
+
+    def to_batch(self, x: np.ndarray, y: np.ndarray) -> Any:
+        return (
+            torch.from_numpy(x).to(self.device, non_blocking=True),
+            torch.from_numpy(y).to(self.device, non_blocking=True),
+        )
+
+    def train_step(self, batch: Any, lr: float) -> Any:
+        x, y = batch
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.zero_grad()
+        loss = F.cross_entropy(self.model(x), y)
+        loss.backward()
+        self.optimizer.step()
+        return loss.detach()
+
+    def loss_value(self, loss: Any) -> float:
+        return float(loss.item())
+
+    @torch.no_grad()
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+        self.module.eval()
+        xt, yt = self.to_batch(x, y)
+        logits = self.module(xt)
+        loss_sum = float(F.cross_entropy(logits, yt, reduction="sum").item())
+        correct = int((logits.argmax(1) == yt).sum().item())
+        self.module.train()
+        return loss_sum, correct
+
+    def state(self) -> Weights:
+        return {k: v.detach().cpu().numpy().copy() for k, v in self.module.state_dict().items()}
+
+    def save_native(self, stem: str) -> str:
+        path = stem + ".pt"
+        torch.save(self.module.state_dict(), path)
+        return path
+
+    def synchronize(self) -> None:
+        if self.spec.device is Device.CUDA:
+            torch.cuda.synchronize(self.device)
+
+    def _tensor(self, arr: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(arr)).to(self.device)
+
+    def threads(self) -> dict[str, Any]:
+        return {
+            "torch_intra_op": torch.get_num_threads(),
+            "torch_inter_op": torch.get_num_interop_threads(),
+            **{v: os.environ.get(v) for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")},
+        }
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class DDPAdapter(TorchAdapter):
+    engine = Engine.DDP
+    launcher = "torchrun"
+
+    def expected_world_size(self) -> int:
+        return int(os.environ.get("WORLD_SIZE", "1"))
+
+    def init(self) -> None:
+        import torch.distributed as dist
+
+        backend = "nccl" if self.spec.device is Device.CUDA else "gloo"
+        timeout = datetime.timedelta(seconds=self.timeout_s)
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self._setup_device()
+        if "RANK" in os.environ:
+            dist.init_process_group(backend, timeout=timeout)
+        else:  # run directly with python: a one-process group, so the same code path runs
+            dist.init_process_group(
+                backend, init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1,
+                timeout=timeout,
+            )
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+
+    def build(self, model: ModelDef, weights: Weights, input_shape: Shape, classes: int) -> None:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        self._build_module(model, weights, input_shape, classes)
+        ids = [self.local_rank] if self.spec.device is Device.CUDA else None
+        # DDP broadcasts rank 0's parameters and buffers in its constructor, and by
+        # default re-broadcasts buffers every forward (recorded in knobs()).
+        self.model = DDP(self.module, device_ids=ids, bucket_cap_mb=self.spec.bucket_mb)
+        self.optimizer = self._make_optimizer(self.model.parameters())
+
+    def allreduce_sum(self, arr: np.ndarray) -> np.ndarray:
+        import torch.distributed as dist
+
+        t = self._tensor(arr)
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        return t.cpu().numpy()
+
+    def allgather(self, arr: np.ndarray) -> np.ndarray:
+        import torch.distributed as dist
+
+        t = self._tensor(arr)
+        out = [torch.empty_like(t) for _ in range(self.world_size)]
+        dist.all_gather(out, t)
+        return torch.stack(out).cpu().numpy()
+
+    def barrier(self) -> None:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+    def versions(self) -> dict[str, Any]:
+        import torch.distributed as dist
+
+        return {
+            "torch": torch.__version__,
+            "backend": dist.get_backend(),
+            "cuda": torch.version.cuda,
+        }
+
+    def knobs(self) -> dict[str, Any]:
+        return {
+            "bucket_cap_mb": self.spec.bucket_mb,
+            "broadcast_buffers": True,
+            "gradient_as_bucket_view": False,
+            "find_unused_parameters": False,
+            "gradient_compression": "none",
+        }
+
+    def shutdown(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+class HorovodAdapter(TorchAdapter):
+    engine = Engine.HOROVOD
+    launcher = "horovodrun"
+
+    def expected_world_size(self) -> int:
+        return int(os.environ.get("HOROVOD_SIZE", "1"))
+
+    def init(self) -> None:
+        # Horovod reads these when it starts; they must be set before hvd.init().
+        os.environ["HOROVOD_FUSION_THRESHOLD"] = str(int(self.spec.bucket_mb * 1024 * 1024))
+        os.environ.setdefault("HOROVOD_GLOO_TIMEOUT_SECONDS", str(int(self.timeout_s)))
+        import horovod.torch as hvd
+
+        if not hvd.gloo_built() and self.spec.device is Device.CPU:
+            raise RuntimeError(
+                "this Horovod was built without Gloo, which CPU runs need; rebuild it with "
+                "HOROVOD_WITH_GLOO=1 (scripts/setup.sh does)"
+            )
+        hvd.init()
+        self.hvd = hvd
+        self.rank, self.world_size, self.local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
+        self._setup_device()
+
+    def build(self, model: ModelDef, weights: Weights, input_shape: Shape, classes: int) -> None:
+        hvd = self.hvd
+        self._build_module(model, weights, input_shape, classes)
+        self.model = self.module
+        optimizer = self._make_optimizer(self.module.parameters())
+        # The canonical Horovod recipe: broadcast rank 0's state, then wrap the optimizer.
+        hvd.broadcast_parameters(self.module.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        self.optimizer = hvd.DistributedOptimizer(
+            optimizer,
+            named_parameters=self.module.named_parameters(),
+            compression=hvd.Compression.none,
+            op=hvd.Average,
+        )
+
+    def allreduce_sum(self, arr: np.ndarray) -> np.ndarray:
+        return self.hvd.allreduce(self._tensor(arr), op=self.hvd.Sum).cpu().numpy()
+
+    def allgather(self, arr: np.ndarray) -> np.ndarray:
+        t = self._tensor(arr).unsqueeze(0)
+        return self.hvd.allgather(t).cpu().numpy()
+
+    def barrier(self) -> None:
+        self.hvd.barrier()
+
+    def versions(self) -> dict[str, Any]:
+        import horovod
+
+        hvd = self.hvd
+        return {
+            "torch": torch.__version__,
+            "horovod": horovod.__version__,
+            "horovod_build": {
+                "gloo": bool(hvd.gloo_built()),
+                "mpi": bool(hvd.mpi_built()),
+                "nccl": bool(hvd.nccl_built()),
+            },
+            "controller": "gloo" if hvd.gloo_enabled() else "mpi",
+            "cuda": torch.version.cuda,
+        }
+
+    def knobs(self) -> dict[str, Any]:
+        return {
+            "fusion_threshold_bytes": int(os.environ["HOROVOD_FUSION_THRESHOLD"]),
+            "cycle_time_ms": os.environ.get("HOROVOD_CYCLE_TIME", "default"),
+            "gradient_compression": "none",
+            "op": "average",
+        }
+
+    def shutdown(self) -> None:
+        self.hvd.shutdown()

@@ -1,0 +1,22 @@
+#!/usr/bin/env python3
+"""Train one reference model under Horovod (PyTorch) and append a result record.
+
+    horovodrun -np 4 runners/hvd.py --model lenet --dataset digits
+"""
+
+import sys
+from pathlib import Path
+
+# Run as a script, this file's folder is first on sys.path; the repository root
+# must be importable too when the package is not installed.
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
+
+from runners._bootstrap import ensure_venv  # noqa: E402
+
+ensure_venv()
+
+from bench.spec import Engine  # noqa: E402
+from runners.protocol import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main(Engine.HOROVOD))

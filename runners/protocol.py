@@ -1,0 +1,334 @@
+"""The one training protocol every engine runs, written once.
+
+Order of work, and why:
+1. Everything that can be wrong with the input (spec, model, dataset, batch vs
+   world size, results location) is checked on every rank *before* any process
+   group exists, so bad input fails fast everywhere instead of leaving peers
+   hung in a collective.
+2. Threads are set before a framework is imported (the adapter module is
+   imported only then), identically for every engine.
+3. Each rank times only its own training steps (device-synchronised), after
+   `warmup_steps`; data conversion and evaluation are outside the timed region.
+   Losses, timings and fingerprints are exchanged once per epoch and once at the
+   end, never inside a timed step.
+4. Rank 0 appends one record; a failure after start-up is recorded as failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import importlib
+import os
+import socket
+import sys
+import time
+import traceback
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+import models
+from bench import data as bdata
+from bench import env as benv
+from bench import records
+from bench.spec import Engine, RunSpec, SpecError, add_spec_flags, spec_from_args
+from runners.engines.base import EngineAdapter
+
+ADAPTERS = {
+    Engine.HOROVOD: "runners.engines.torch_engines:HorovodAdapter",
+    Engine.DDP: "runners.engines.torch_engines:DDPAdapter",
+    Engine.PADDLE: "runners.engines.paddle_engine:PaddleAdapter",
+}
+
+EXIT_BAD_INPUT = 2
+EXIT_FAILED = 1
+
+
+class InputError(ValueError):
+    """Anything wrong with what the user asked for; reported without a traceback."""
+
+
+def build_parser(engine: Engine) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=f"runners/{ {'horovod': 'hvd', 'ddp': 'ddp', 'paddle': 'paddle_dp'}[engine.value] }.py",
+        description=f"Train one reference model under {engine.value} and append a result record.",
+    )
+    add_spec_flags(parser)
+    parser.add_argument("--results", default="results", help="results directory or .jsonl file")
+    parser.add_argument("--save", metavar="STEM", help="write final weights to STEM.npz and the framework's own format")
+    parser.add_argument(
+        "--collective-timeout", type=float, default=300.0,
+        help="seconds a collective may wait for a peer before the run fails (default: 300)",
+    )
+    parser.add_argument(
+        "--label", action="append", default=[], metavar="KEY=VALUE",
+        help="free-form label stored in the record (repeatable); used by `bench run`",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no per-epoch progress lines")
+    return parser
+
+
+def _labels(items: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InputError(f"--label expects KEY=VALUE, got {item!r}")
+        out[key] = value
+    return out
+
+
+def _load_adapter(engine: Engine) -> type[EngineAdapter]:
+    module, _, name = ADAPTERS[engine].partition(":")
+    cls: type[EngineAdapter] = getattr(importlib.import_module(module), name)
+    return cls
+
+
+def prepare(spec: RunSpec, world_size: int) -> tuple[models.ModelDef, bdata.Dataset, int]:
+    """Check everything about the input that does not need a process group.
+
+    Returns (model, dataset, steps per epoch) or raises InputError naming the problem.
+    """
+    try:
+        spec.validate(world_size)
+        model = models.get(spec.model)
+        dataset = bdata.load_dataset(
+            spec.dataset,
+            seed=spec.seed,
+            test_fraction=spec.test_fraction,
+            data_path=spec.data_path,
+            input_shape=model.synthetic_shape,
+            samples=spec.synthetic_samples,
+        )
+        try:
+            model.check_input(dataset.input_shape)
+        except ValueError as exc:
+            raise InputError(f"dataset {spec.dataset!r} does not fit model {spec.model!r}: {exc}") from None
+        spe = bdata.steps_per_epoch(len(dataset.train_y), spec.global_batch(world_size))
+    except (SpecError, models.UnknownModelError, bdata.DataError) as exc:
+        raise InputError(str(exc)) from None
+    total = total_steps(spec, spe)
+    if spec.warmup_steps >= total:
+        raise InputError(
+            f"warmup_steps={spec.warmup_steps} leaves no timed step: the run has only {total} "
+            f"steps ({spe} per epoch at {world_size} worker(s)); lower --warmup-steps or raise --epochs"
+        )
+    return model, dataset, spe
+
+
+def total_steps(spec: RunSpec, steps_per_epoch: int) -> int:
+    total = steps_per_epoch * spec.epochs
+    return min(total, spec.max_steps) if spec.max_steps else total
+
+
+def _gather_str(adapter: EngineAdapter, text: str, width: int = 128) -> list[str]:
+    raw = text.encode()[:width].ljust(width, b"\0")
+    rows = adapter.allgather(np.frombuffer(raw, dtype=np.uint8).copy())
+    return [bytes(r.astype(np.uint8)).rstrip(b"\0").decode(errors="replace") for r in rows]
+
+
+def _launcher() -> dict[str, Any]:
+    """Which launcher started this process, and its command line when visible."""
+    env = os.environ
+    if "TORCHELASTIC_RUN_ID" in env:
+        name = "torchrun"
+    elif "HOROVOD_RANK" in env:
+        name = "horovodrun"
+    elif "PADDLE_TRAINER_ID" in env:
+        name = "paddle.distributed.launch"
+    else:
+        name = "none"
+    parent: list[str] | None = None
+    try:
+        import psutil
+
+        proc = psutil.Process().parent()
+        parent = proc.cmdline() if proc else None
+    except Exception:  # psutil missing or the parent already gone: the record says unknown
+        parent = None
+    return {"name": name, "runner_argv": [sys.executable, *sys.argv], "parent_argv": parent}
+
+
+def _base_record(spec: RunSpec, engine: Engine, world: int, labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "schema_version": records.SCHEMA_VERSION,
+        "run_id": uuid.uuid4().hex,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "status": records.Status.OK,
+        "error": None,
+        "engine": engine.value,
+        "spec": spec.to_dict(),
+        "world_size": world,
+        "labels": labels,
+        "launcher": _launcher(),
+        "env": benv.environment(),
+    }
+
+
+def train(adapter: EngineAdapter, model: models.ModelDef, dataset: bdata.Dataset, spe: int,
+          record: dict[str, Any], quiet: bool, save: str | None) -> None:
+    """The training protocol proper; fills `record` in place (rank 0's copy is written)."""
+    spec, rank, world = adapter.spec, adapter.rank, adapter.world_size
+    per = spec.per_worker_batch(world)
+    total = total_steps(spec, spe)
+
+    weights = models.init_weights(model, dataset.input_shape, dataset.num_classes, spec.seed)
+    adapter.build(model, weights, dataset.input_shape, dataset.num_classes)
+    init_fps = _gather_str(adapter, models.weights_fingerprint(adapter.state()))
+
+    test_idx = bdata.eval_shard(len(dataset.test_y), rank, world)
+    order_hash = hashlib.sha256()
+    timed: list[float] = []
+    epochs: list[dict[str, Any]] = []
+    step_losses: list[float] = []
+    step = 0
+    wall0 = time.perf_counter()
+    tag = f"[{adapter.engine.value} np={world}]"
+    for epoch in range(spec.epochs):
+        order = bdata.epoch_order(spec.seed, epoch, len(dataset.train_y))
+        losses: list[float] = []
+        train_time = 0.0
+        for s in range(spe):
+            if step >= total:
+                break
+            idx = bdata.shard(order, s, rank, per, world)
+            order_hash.update(idx.astype(np.int64).tobytes())
+            batch = adapter.to_batch(dataset.train_x[idx], dataset.train_y[idx])
+            lr = spec.lr_at(step, spe, world, total)
+            t0 = time.perf_counter()
+            loss = adapter.train_step(batch, lr)
+            adapter.synchronize()
+            dt = time.perf_counter() - t0
+            train_time += dt
+            if step >= spec.warmup_steps:
+                timed.append(dt)
+            losses.append(adapter.loss_value(loss))
+            step += 1
+        # Once per epoch: every rank's step losses and time, and global test metrics.
+        all_losses = adapter.allgather(np.asarray(losses, dtype=np.float64))
+        epoch_step_losses = all_losses.mean(axis=0).tolist()
+        step_losses.extend(epoch_step_losses)
+        slowest = float(adapter.allgather(np.asarray([train_time]))[:, 0].max())
+        loss_sum, correct = adapter.evaluate(dataset.test_x[test_idx], dataset.test_y[test_idx])
+        ev = adapter.allreduce_sum(np.asarray([loss_sum, correct, len(test_idx)], dtype=np.float64))
+        entry = {
+            "epoch": epoch,
+            "steps": len(losses),
+            "samples_seen": step * per * world,
+            "train_loss": float(np.mean(epoch_step_losses)),
+            "test_loss": float(ev[0] / ev[2]),
+            "test_accuracy": float(ev[1] / ev[2]),
+            "train_time_s": slowest,
+            "wall_time_s": time.perf_counter() - wall0,
+            "samples_per_s": len(losses) * per * world / slowest if slowest > 0 else None,
+        }
+        epochs.append(entry)
+        if rank == 0 and not quiet:
+            print(
+                f"{tag} epoch {epoch + 1}/{spec.epochs}  samples {entry['samples_seen']:,}  "
+                f"loss {entry['train_loss']:.4f}  test_acc {entry['test_accuracy']:.2%}  "
+                f"{entry['samples_per_s']:,.0f} samples/s",
+                flush=True,
+            )
+        if step >= total:
+            break
+
+    step_times = adapter.allgather(np.asarray(timed, dtype=np.float64))  # [world, n_timed]
+    per_rank_total = step_times.sum(axis=1)
+    n_timed = step_times.shape[1]
+    final_state = adapter.state()
+    final_fps = _gather_str(adapter, models.weights_fingerprint(final_state))
+    order_fps = _gather_str(adapter, order_hash.hexdigest()[:16])
+    hosts = _gather_str(adapter, socket.gethostname())
+    adapter.barrier()
+
+    record.update(
+        {
+            "engine_versions": adapter.versions(),
+            "knobs": adapter.knobs(),
+            "threads": adapter.threads(),
+            "hosts": hosts,
+            "per_worker_batch": per,
+            "global_batch": per * world,
+            "steps_per_epoch": spe,
+            "steps": step,
+            "timed_steps": n_timed,
+            "lr_peak": spec.scaled_lr(world),
+            "dataset": {
+                "name": dataset.name,
+                "train_samples": len(dataset.train_y),
+                "test_samples": len(dataset.test_y),
+                "input_shape": list(dataset.input_shape),
+                "fingerprint": dataset.fingerprint(),
+            },
+            "fingerprints": {
+                "init_weights": init_fps[0],
+                "init_weights_ranks_agree": len(set(init_fps)) == 1,
+                "final_weights": final_fps[0],
+                "final_weights_ranks_agree": len(set(final_fps)) == 1,
+                # hash of every rank's consumed indices, in rank order
+                "data_order": hashlib.sha256("".join(order_fps).encode()).hexdigest()[:16],
+                "data_order_per_rank": order_fps,
+            },
+            "step_times_s": step_times.tolist(),
+            "throughput": per * world * n_timed / float(per_rank_total.max()),
+            "per_rank_throughput": (per * n_timed / per_rank_total).tolist(),
+            "epochs": epochs,
+            "step_losses": step_losses,
+            "final_accuracy": epochs[-1]["test_accuracy"],
+            "final_loss": epochs[-1]["test_loss"],
+            "wall_time_s": time.perf_counter() - wall0,
+        }
+    )
+    if save and rank == 0:
+        np.savez(save + ".npz", **final_state)
+        record["saved"] = {"numpy": save + ".npz", "native": adapter.save_native(save)}
+
+
+def main(engine: Engine, argv: Sequence[str] | None = None) -> int:
+    """Entry point shared by runners/hvd.py, runners/ddp.py and runners/paddle_dp.py."""
+    args = build_parser(engine).parse_args(argv)
+    try:
+        spec = spec_from_args(args)
+        labels = _labels(args.label)
+        records.check_writable(args.results)
+    except (SpecError, InputError, records.RecordsError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    benv.set_thread_env(spec.threads)  # before the framework is imported below
+    adapter = _load_adapter(engine)(spec, timeout_s=args.collective_timeout)
+    try:
+        model, dataset, spe = prepare(spec, adapter.expected_world_size())
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+    try:
+        adapter.init()
+    except SpecError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    record = _base_record(spec, engine, adapter.world_size, labels)
+    code = 0
+    try:
+        train(adapter, model, dataset, spe, record, args.quiet, args.save)
+    except Exception as exc:
+        record["status"] = records.Status.FAILED
+        record["error"] = f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exc(limit=8))
+        print(f"error on rank {adapter.rank}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        code = EXIT_FAILED
+    if adapter.rank == 0:
+        path = records.append(args.results, record)
+        if not args.quiet and code == 0:
+            print(
+                f"[{engine.value} np={adapter.world_size}] {record['throughput']:,.0f} samples/s, "
+                f"test accuracy {record['final_accuracy']:.2%}; record {record['run_id'][:8]} -> {path}",
+                flush=True,
+            )
+    if code == 0:
+        adapter.shutdown()
+    return code

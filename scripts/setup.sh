@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Create .venv/ with everything the suite needs: torch, paddle, a patched
+# Horovod, the bench package (editable) and the dev tools.
+#
+# Idempotent: a second run with nothing changed takes seconds. The Horovod wheel
+# is cached outside the repo, keyed by (horovod, torch, python, gpu) versions,
+# because building it takes minutes and the extension is tied to the exact torch
+# it was compiled against.
+#
+# Environment:
+#   BENCH_GPU=1        install CUDA torch / paddlepaddle-gpu and build Horovod with NCCL
+#   BENCH_PYTHON       interpreter used to create the venv (default: python3.11, else python3)
+#   BENCH_WHEEL_CACHE  where built Horovod wheels live (default: ~/.cache/bench-wheels)
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+
+TORCH_VERSION=2.13.0
+PADDLE_VERSION=3.3.1
+HOROVOD_VERSION=0.28.1
+GPU=${BENCH_GPU:-0}
+CACHE=${BENCH_WHEEL_CACHE:-$HOME/.cache/bench-wheels}
+
+py=${BENCH_PYTHON:-$(command -v python3.11 || command -v python3)}
+if [ ! -x .venv/bin/python ]; then
+    echo "setup: creating .venv with $py"
+    "$py" -m venv .venv
+fi
+vpy=.venv/bin/python
+pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
+
+stamp=.venv/.bench-setup
+want="torch=$TORCH_VERSION paddle=$PADDLE_VERSION horovod=$HOROVOD_VERSION gpu=$GPU pyproject=$(sha1sum pyproject.toml | cut -c1-12)"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    echo "setup: .venv is up to date ($want)"
+    exit 0
+fi
+
+# torch first and pinned: an unpinned torch would pull a multi-GB CUDA build on
+# CPU machines, and Horovod's build must see the final torch.
+if [ "$GPU" = 1 ]; then
+    "${pip[@]}" install "torch==$TORCH_VERSION"
+    # Paddle 3.x GPU wheels live on Paddle's own index, not on PyPI.
+    "${pip[@]}" install "paddlepaddle-gpu==$PADDLE_VERSION" \
+        -i "${BENCH_PADDLE_INDEX:-https://www.paddlepaddle.org.cn/packages/stable/cu126/}"
+else
+    "${pip[@]}" install "torch==$TORCH_VERSION"
+    "${pip[@]}" install "paddlepaddle==$PADDLE_VERSION"
+fi
+# Horovod's build needs these in the environment (it runs without isolation).
+"${pip[@]}" install "cmake<4" packaging wheel setuptools
+
+torch_v=$($vpy -c 'import torch; print(torch.__version__.split("+")[0])')
+py_v=$($vpy -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
+flavour=$([ "$GPU" = 1 ] && echo nccl || echo cpu)
+wheel_dir="$CACHE/horovod-$HOROVOD_VERSION-torch$torch_v-$py_v-$flavour"
+if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
+    echo "setup: building Horovod $HOROVOD_VERSION for torch $torch_v ($flavour); takes a few minutes once"
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
+    "${pip[@]}" download --no-deps --no-binary :all: "horovod==$HOROVOD_VERSION" -d "$work"
+    tar -xzf "$work"/horovod-"$HOROVOD_VERSION".tar.gz -C "$work"
+    src="$work/horovod-$HOROVOD_VERSION"
+    # torch >= 2.1 headers require C++17; 0.28.1 asks for C++14 (fixed upstream
+    # after the release, never published).
+    sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/' \
+        "$src/CMakeLists.txt" "$src/horovod/torch/CMakeLists.txt"
+    grep -q 'CMAKE_CXX_STANDARD 17' "$src/horovod/torch/CMakeLists.txt" || {
+        echo "setup: could not patch Horovod's C++ standard" >&2; exit 1; }
+    export HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
+        HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_CPU_OPERATIONS=gloo
+    if [ "$GPU" = 1 ]; then export HOROVOD_GPU_OPERATIONS=NCCL; fi
+    export MAKEFLAGS="-j$(nproc)" CMAKE_POLICY_VERSION_MINIMUM=3.5
+    mkdir -p "$wheel_dir.tmp"
+    "${pip[@]}" wheel --no-build-isolation --no-deps "$src" -w "$wheel_dir.tmp"
+    rm -rf "$wheel_dir" && mv "$wheel_dir.tmp" "$wheel_dir"
+fi
+"${pip[@]}" install --no-deps --force-reinstall "$wheel_dir"/horovod-*.whl
+# Horovod's runtime dependencies (the wheel was installed without them).
+"${pip[@]}" install cffi cloudpickle psutil pyyaml
+
+if [ "$GPU" = 1 ]; then "${pip[@]}" install -e ".[dev]"; else "${pip[@]}" install -e ".[dev,paddle]"; fi
+"${pip[@]}" check
+.venv/bin/horovodrun --check-build | grep -E '\[X\] (PyTorch|Gloo)' >/dev/null || {
+    .venv/bin/horovodrun --check-build >&2
+    echo "setup: Horovod was built without PyTorch or Gloo support" >&2; exit 1; }
+echo "$want" > "$stamp"
+echo "setup: done ($want)"
