@@ -9,13 +9,17 @@ record and reports each bad line with its file and line number.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import errno
 import fcntl
 import json
 import os
+import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+from bench import env as benv
 
 SCHEMA_VERSION = 1
 DEFAULT_FILE = "runs.jsonl"
@@ -52,6 +56,31 @@ class Problem:
 class Loaded:
     records: list[dict[str, Any]]
     problems: list[Problem]
+
+
+def new_record(
+    spec: dict[str, Any],
+    engine: str,
+    world_size: int,
+    labels: dict[str, str],
+    launcher: dict[str, Any],
+    status: str = Status.OK,
+    error: str | None = None,
+) -> dict[str, Any]:
+    """The fields every record has, whoever writes it (a runner or the sweep)."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": uuid.uuid4().hex,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "status": status,
+        "error": error,
+        "engine": engine,
+        "spec": spec,
+        "world_size": world_size,
+        "labels": labels,
+        "launcher": launcher,
+        "env": benv.environment(),
+    }
 
 
 def results_file(results: str | Path) -> Path:

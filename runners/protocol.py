@@ -17,7 +17,6 @@ Order of work, and why:
 from __future__ import annotations
 
 import argparse
-import datetime
 import hashlib
 import importlib
 import os
@@ -25,7 +24,6 @@ import socket
 import sys
 import time
 import traceback
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,7 +33,8 @@ import models
 from bench import data as bdata
 from bench import env as benv
 from bench import records
-from bench.spec import Engine, RunSpec, SpecError, add_spec_flags, spec_from_args
+from bench.checks import InputError, prepare, total_steps
+from bench.spec import Engine, SpecError, add_spec_flags, spec_from_args
 from runners.engines.base import EngineAdapter
 
 ADAPTERS = {
@@ -46,10 +45,6 @@ ADAPTERS = {
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
-
-
-class InputError(ValueError):
-    """Anything wrong with what the user asked for; reported without a traceback."""
 
 
 def build_parser(engine: Engine) -> argparse.ArgumentParser:
@@ -88,43 +83,6 @@ def _load_adapter(engine: Engine) -> type[EngineAdapter]:
     return cls
 
 
-def prepare(spec: RunSpec, world_size: int) -> tuple[models.ModelDef, bdata.Dataset, int]:
-    """Check everything about the input that does not need a process group.
-
-    Returns (model, dataset, steps per epoch) or raises InputError naming the problem.
-    """
-    try:
-        spec.validate(world_size)
-        model = models.get(spec.model)
-        dataset = bdata.load_dataset(
-            spec.dataset,
-            seed=spec.seed,
-            test_fraction=spec.test_fraction,
-            data_path=spec.data_path,
-            input_shape=model.synthetic_shape,
-            samples=spec.synthetic_samples,
-        )
-        try:
-            model.check_input(dataset.input_shape)
-        except ValueError as exc:
-            raise InputError(f"dataset {spec.dataset!r} does not fit model {spec.model!r}: {exc}") from None
-        spe = bdata.steps_per_epoch(len(dataset.train_y), spec.global_batch(world_size))
-    except (SpecError, models.UnknownModelError, bdata.DataError) as exc:
-        raise InputError(str(exc)) from None
-    total = total_steps(spec, spe)
-    if spec.warmup_steps >= total:
-        raise InputError(
-            f"warmup_steps={spec.warmup_steps} leaves no timed step: the run has only {total} "
-            f"steps ({spe} per epoch at {world_size} worker(s)); lower --warmup-steps or raise --epochs"
-        )
-    return model, dataset, spe
-
-
-def total_steps(spec: RunSpec, steps_per_epoch: int) -> int:
-    total = steps_per_epoch * spec.epochs
-    return min(total, spec.max_steps) if spec.max_steps else total
-
-
 def _gather_str(adapter: EngineAdapter, text: str, width: int = 128) -> list[str]:
     raw = text.encode()[:width].ljust(width, b"\0")
     rows = adapter.allgather(np.frombuffer(raw, dtype=np.uint8).copy())
@@ -151,22 +109,6 @@ def _launcher() -> dict[str, Any]:
     except Exception:  # psutil missing or the parent already gone: the record says unknown
         parent = None
     return {"name": name, "runner_argv": [sys.executable, *sys.argv], "parent_argv": parent}
-
-
-def _base_record(spec: RunSpec, engine: Engine, world: int, labels: dict[str, str]) -> dict[str, Any]:
-    return {
-        "schema_version": records.SCHEMA_VERSION,
-        "run_id": uuid.uuid4().hex,
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "status": records.Status.OK,
-        "error": None,
-        "engine": engine.value,
-        "spec": spec.to_dict(),
-        "world_size": world,
-        "labels": labels,
-        "launcher": _launcher(),
-        "env": benv.environment(),
-    }
 
 
 def train(adapter: EngineAdapter, model: models.ModelDef, dataset: bdata.Dataset, spe: int,
@@ -312,7 +254,7 @@ def main(engine: Engine, argv: Sequence[str] | None = None) -> int:
     except SpecError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    record = _base_record(spec, engine, adapter.world_size, labels)
+    record = records.new_record(spec.to_dict(), engine.value, adapter.world_size, labels, _launcher())
     code = 0
     try:
         train(adapter, model, dataset, spe, record, args.quiet, args.save)

@@ -1,0 +1,48 @@
+"""Checks that need no process group: run on every rank, and by `bench run` before launching."""
+
+from __future__ import annotations
+
+import models
+from bench import data as bdata
+from bench.spec import RunSpec, SpecError
+
+
+class InputError(ValueError):
+    """Anything wrong with what the user asked for; reported without a traceback."""
+
+
+def prepare(spec: RunSpec, world_size: int) -> tuple[models.ModelDef, bdata.Dataset, int]:
+    """Check everything about the input that does not need a process group.
+
+    Returns (model, dataset, steps per epoch) or raises InputError naming the problem.
+    """
+    try:
+        spec.validate(world_size)
+        model = models.get(spec.model)
+        dataset = bdata.load_dataset(
+            spec.dataset,
+            seed=spec.seed,
+            test_fraction=spec.test_fraction,
+            data_path=spec.data_path,
+            input_shape=model.synthetic_shape,
+            samples=spec.synthetic_samples,
+        )
+        try:
+            model.check_input(dataset.input_shape)
+        except ValueError as exc:
+            raise InputError(f"dataset {spec.dataset!r} does not fit model {spec.model!r}: {exc}") from None
+        spe = bdata.steps_per_epoch(len(dataset.train_y), spec.global_batch(world_size))
+    except (SpecError, models.UnknownModelError, bdata.DataError) as exc:
+        raise InputError(str(exc)) from None
+    total = total_steps(spec, spe)
+    if spec.warmup_steps >= total:
+        raise InputError(
+            f"warmup_steps={spec.warmup_steps} leaves no timed step: the run has only {total} "
+            f"steps ({spe} per epoch at {world_size} worker(s)); lower --warmup-steps or raise --epochs"
+        )
+    return model, dataset, spe
+
+
+def total_steps(spec: RunSpec, steps_per_epoch: int) -> int:
+    total = steps_per_epoch * spec.epochs
+    return min(total, spec.max_steps) if spec.max_steps else total

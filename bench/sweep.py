@@ -1,0 +1,353 @@
+"""`bench run`: engines x worker counts x models x repeats, each cell through its launcher.
+
+Every cell is checked before the first one starts, launched as an argv list in
+its own process session, given a time-out, and always leaves a record: the
+runner writes it, or the sweep writes a failed/timeout record with the last log
+lines when the runner could not. Cells already recorded ok with the same spec
+and environment are skipped (resume) unless forced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+import models
+from bench import env as benv
+from bench import launch, records
+from bench.checks import InputError, prepare
+from bench.spec import Device, Engine, RunSpec, SpecError
+
+ALL_ENGINES = (Engine.HOROVOD, Engine.DDP, Engine.PADDLE)
+
+
+class SweepError(ValueError):
+    """A sweep that cannot start; the message names the setting."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepConfig:
+    """What to sweep. Loaded from flags or a TOML/YAML file; unknown keys are refused."""
+
+    engines: tuple[Engine, ...] = ALL_ENGINES
+    workers: tuple[int, ...] = (1, 2)
+    models: tuple[str, ...] = ("mlp", "lenet")
+    datasets: tuple[str, ...] = ()  # empty: each model's default dataset
+    repeats: int = 3
+    seed_mode: str = "vary"  # vary: seed + repeat per repeat; fixed: one seed, timing noise only
+    timeout: float = 600.0  # seconds per cell
+    oversubscribe: bool = False
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SweepConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SweepError(f"unknown sweep setting(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        values: dict[str, Any] = dict(data)
+        try:
+            if "engines" in values:
+                values["engines"] = tuple(Engine(e) for e in values["engines"])
+        except ValueError as exc:
+            raise SweepError(
+                f"{exc}; engines are: {', '.join(e.value for e in Engine)}"
+            ) from None
+        for key in ("workers", "models", "datasets"):
+            if key in values:
+                values[key] = tuple(values[key])
+        return cls(**values).validate()
+
+    def validate(self) -> SweepConfig:
+        if not self.engines:
+            raise SweepError("engines is empty; name at least one of: horovod, ddp, paddle")
+        if not self.workers or any(not isinstance(w, int) or w < 1 for w in self.workers):
+            raise SweepError(f"workers must be integers >= 1, got {list(self.workers)}")
+        if not self.models:
+            raise SweepError("models is empty; see `bench models`")
+        for name in self.models:
+            try:
+                models.get(name)
+            except models.UnknownModelError as exc:
+                raise SweepError(str(exc)) from None
+        if not isinstance(self.repeats, int) or self.repeats < 1:
+            raise SweepError(f"repeats must be an integer >= 1, got {self.repeats!r}")
+        if self.seed_mode not in ("vary", "fixed"):
+            raise SweepError(f"seed_mode must be 'vary' or 'fixed', got {self.seed_mode!r}")
+        if not self.timeout > 0:
+            raise SweepError(f"timeout must be > 0 seconds, got {self.timeout}")
+        return self
+
+
+def load_config_file(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(sweep settings, spec fields) from a TOML or YAML file; the spec sits under [spec]."""
+    p = Path(path)
+    if not p.is_file():
+        raise SweepError(f"config file {p} not found")
+    text = p.read_text()
+    try:
+        if p.suffix == ".toml":
+            data = tomllib.loads(text)
+        elif p.suffix in (".yaml", ".yml"):
+            data = yaml.safe_load(text) or {}
+        else:
+            raise SweepError(f"config file {p} must end in .toml, .yaml or .yml")
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        raise SweepError(f"config file {p} does not parse: {exc}") from None
+    if not isinstance(data, dict):
+        raise SweepError(f"config file {p} must hold a table/mapping at the top level")
+    spec = data.pop("spec", {})
+    if not isinstance(spec, dict):
+        raise SweepError(f"config file {p}: [spec] must be a table/mapping")
+    return data, spec
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    engine: Engine
+    workers: int
+    spec: RunSpec
+    repeat: int
+    seed_mode: str
+
+    @property
+    def name(self) -> str:
+        return (
+            f"{self.engine.value} np={self.workers} {self.spec.model}/{self.spec.dataset} "
+            f"repeat {self.repeat} (seed {self.spec.seed})"
+        )
+
+    def key(self, env_key: str) -> str:
+        """Identity for resume: same spec, engine, workers, repeat and environment."""
+        blob = json.dumps(
+            [self.spec.to_dict(), self.engine.value, self.workers, self.repeat, self.seed_mode, env_key],
+            sort_keys=True,
+        )
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def spec_flags(spec: RunSpec) -> list[str]:
+    """The runner flags that reproduce `spec` exactly."""
+    argv = []
+    for name, value in spec.to_dict().items():
+        if value is not None:
+            argv += ["--" + name.replace("_", "-"), str(value)]
+    return argv
+
+
+def plan(config: SweepConfig, base: RunSpec) -> list[Cell]:
+    """All cells, repeat-major so that slow drift of the machine spreads over every engine."""
+    cells = []
+    for repeat in range(config.repeats):
+        seed = base.seed + repeat if config.seed_mode == "vary" else base.seed
+        for model in config.models:
+            datasets = config.datasets or (models.get(model).default_dataset,)
+            for dataset in datasets:
+                spec = base.replace(model=model, dataset=dataset, seed=seed)
+                for workers in config.workers:
+                    for engine in config.engines:
+                        cells.append(Cell(engine, workers, spec, repeat, config.seed_mode))
+    return cells
+
+
+def check_plan(cells: Sequence[Cell], config: SweepConfig) -> None:
+    """Refuse the whole sweep before launching anything if any cell is impossible."""
+    seen = set()
+    for cell in cells:
+        key = (cell.spec.to_dict().__repr__(), cell.workers)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            prepare(cell.spec, cell.workers)
+        except InputError as exc:
+            raise SweepError(f"cell {cell.name}: {exc}") from None
+        if cell.spec.device is Device.CPU and not config.oversubscribe:
+            cores = os.cpu_count() or 1
+            if cell.workers * cell.spec.threads > cores:
+                raise SweepError(
+                    f"cell {cell.name}: {cell.workers} workers x {cell.spec.threads} threads exceed "
+                    f"this machine's {cores} cores; the timings would measure oversubscription. "
+                    "Lower --workers/--threads or pass --oversubscribe"
+                )
+
+
+def kill_tree(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
+    """Stop a launcher and every process under it (its session and any stragglers)."""
+    import psutil
+
+    try:
+        tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        tree = []
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        for p in tree:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.send_signal(sig)
+        _, alive = psutil.wait_procs(tree, timeout=grace)
+        if not alive:
+            break
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace)
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+@dataclasses.dataclass
+class CellResult:
+    cell: Cell
+    status: str
+    seconds: float
+    log_dir: Path
+    error: str | None = None
+
+
+def run_cell(
+    cell: Cell, index: int, results: Path, run_dir: Path, timeout: float, env_key: str,
+    sweep_id: str, python: str | None = None,
+) -> CellResult:
+    """Launch one cell and make sure it leaves exactly one record."""
+    attempt = uuid.uuid4().hex
+    log_dir = run_dir / f"{index:03d}-{cell.engine.value}-np{cell.workers}-{cell.spec.model}-r{cell.repeat}"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    labels = {
+        "cell": cell.key(env_key), "attempt": attempt, "sweep": sweep_id,
+        "repeat": str(cell.repeat), "seed_mode": cell.seed_mode, "log_dir": str(log_dir),
+    }
+    runner_args = [*spec_flags(cell.spec), "--results", str(results), "--quiet",
+                   "--collective-timeout", str(max(timeout / 2, 30.0))]
+    runner_args += [a for k, v in labels.items() for a in ("--label", f"{k}={v}")]
+    argv = launch.launch_argv(cell.engine, cell.workers, runner_args, log_dir=log_dir, python=python)
+    (log_dir / "argv.json").write_text(json.dumps(argv, indent=1))
+    launcher_log = log_dir / "launcher.log"
+    start = time.monotonic()
+    status, error = records.Status.OK, None
+    with open(launcher_log, "wb") as log:
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, cwd=launch.ROOT,
+        )
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_tree(proc)
+            status, error = records.Status.TIMEOUT, f"cell exceeded its time-out of {timeout:.0f}s"
+        except BaseException:  # Ctrl-C: stop the workers, then let the sweep end
+            kill_tree(proc)
+            raise
+        else:
+            if rc != 0:
+                status, error = records.Status.FAILED, f"launcher exited with code {rc}"
+    seconds = time.monotonic() - start
+    written = [
+        r for r in records.load([records.results_file(results)]).records
+        if (r.get("labels") or {}).get("attempt") == attempt
+    ]
+    if written:
+        rec = written[-1]
+        if rec["status"] != records.Status.OK:
+            status = rec["status"]
+            error = rec.get("error")
+        elif status != records.Status.OK:
+            # The run finished and recorded; the launcher failed afterwards (teardown).
+            status, error = records.Status.OK, None
+        return CellResult(cell, status, seconds, log_dir, error)
+    tail = _tail(launcher_log)
+    error = f"{error or 'no record written'}\n--- last lines of {launcher_log} ---\n{tail}"
+    if status == records.Status.OK:
+        status = records.Status.FAILED
+    rec = records.new_record(
+        cell.spec.to_dict(), cell.engine.value, cell.workers, labels,
+        {"name": "bench run", "argv": argv}, status=status, error=error,
+    )
+    rec["wall_time_s"] = seconds
+    records.append(results, rec)
+    return CellResult(cell, status, seconds, log_dir, error)
+
+
+def environment_key() -> str:
+    env = benv.environment()
+    return json.dumps([env["hostname"], benv.machine_key(env), env["libraries"]], sort_keys=True)
+
+
+def completed_cells(results: Path) -> set[str]:
+    loaded = records.load([records.results_file(results)]) if records.results_file(results).exists() else None
+    if loaded is None:
+        return set()
+    return {
+        (r.get("labels") or {}).get("cell", "")
+        for r in loaded.records
+        if r["status"] == records.Status.OK
+    }
+
+
+def _fmt_s(seconds: float) -> str:
+    m, s = divmod(int(seconds + 0.5), 60)
+    return f"{m}:{s:02d}"
+
+
+def run_sweep(
+    config: SweepConfig, base: RunSpec, results: Path, *, force: bool = False,
+    out: TextIO = sys.stdout, python: str | None = None,
+    on_cell: Callable[[CellResult], None] | None = None,
+) -> list[CellResult]:
+    """Run every cell not already recorded; returns what ran (skipped cells excluded)."""
+    cells = plan(config, base)
+    check_plan(cells, config)
+    records.check_writable(results)
+    env_key = environment_key()
+    done = set() if force else completed_cells(results)
+    todo = [c for c in cells if c.key(env_key) not in done]
+    skipped = len(cells) - len(todo)
+    sweep_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+    run_dir = (results if results.suffix != ".jsonl" else results.parent) / "runs" / sweep_id
+    print(
+        f"bench run: {len(cells)} cells ({skipped} already recorded, skipped); "
+        f"logs in {run_dir}",
+        file=out, flush=True,
+    )
+    outcomes: list[CellResult] = []
+    start = time.monotonic()
+    for i, cell in enumerate(todo, start=1):
+        print(f"[{i:>3}/{len(todo)}] {cell.name} ...", end="", file=out, flush=True)
+        res = run_cell(cell, i, results, run_dir, config.timeout, env_key, sweep_id, python)
+        outcomes.append(res)
+        elapsed = time.monotonic() - start
+        left = elapsed / i * (len(todo) - i)
+        print(
+            f" {res.status} {res.seconds:.1f}s  (elapsed {_fmt_s(elapsed)}, ~{_fmt_s(left)} left)",
+            file=out, flush=True,
+        )
+        if res.status != records.Status.OK and res.error:
+            for line in res.error.strip().splitlines()[-8:]:
+                print(f"      | {line}", file=out)
+        if on_cell:
+            on_cell(res)
+    return outcomes
+
+
+__all__ = [
+    "Cell", "CellResult", "SpecError", "SweepConfig", "SweepError", "check_plan", "load_config_file",
+    "plan", "run_cell", "run_sweep", "spec_flags",
+]

@@ -1,0 +1,71 @@
+"""Shared helpers: launch real runs through the engines' own launchers, with time-outs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import launch, records
+from bench.spec import Engine
+
+ROOT = Path(__file__).resolve().parent.parent
+# Generous: a healthy 2-process run here takes 5-10 s; the limit only stops a hang.
+RUN_TIMEOUT_S = 240
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """GPU tests skip on CPU machines, and fail where BENCH_EXPECT_GPU=1 says a GPU must be."""
+    try:
+        import torch
+
+        has_gpu = torch.cuda.is_available()
+    except ImportError:
+        has_gpu = False
+    if has_gpu or os.environ.get("BENCH_EXPECT_GPU") == "1":
+        return
+    skip = pytest.mark.skip(reason="no CUDA GPU on this machine (set BENCH_EXPECT_GPU=1 to fail instead)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+def run_engine(
+    engine: Engine, nproc: int, args: list[str], results: Path, timeout: float = RUN_TIMEOUT_S
+) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
+    """Run one engine through its launcher; return the process and the records it left."""
+    before = _count(results)
+    argv = launch.launch_argv(engine, nproc, [*args, "--results", str(results), "--quiet"],
+                              log_dir=results / "logs" / f"{engine.value}-{nproc}-{before}")
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                          stdin=subprocess.DEVNULL)
+    recs = records.load([records.results_file(results)]).records if records.results_file(results).exists() else []
+    return proc, recs[before:]
+
+
+def run_direct(engine: Engine, args: list[str], results: Path) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
+    """Run a runner script as a plain process (world size 1, no launcher)."""
+    before = _count(results)
+    proc = subprocess.run([sys.executable, str(launch.RUNNER_SCRIPTS[engine]), *args,
+                           "--results", str(results), "--quiet"],
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=ROOT,
+                          stdin=subprocess.DEVNULL)
+    recs = records.load([records.results_file(results)]).records if records.results_file(results).exists() else []
+    return proc, recs[before:]
+
+
+def _count(results: Path) -> int:
+    f = records.results_file(results)
+    return len(records.load([f]).records) if f.exists() else 0
+
+
+def ok_record(proc: subprocess.CompletedProcess[str], recs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The single ok record a successful run must leave, with its output on failure."""
+    assert proc.returncode == 0, f"run failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert len(recs) == 1, f"expected one record, got {len(recs)}"
+    assert recs[0]["status"] == records.Status.OK, recs[0].get("error")
+    return recs[0]

@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import json
+import multiprocessing
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import records
+
+
+def _rec(i: int, **extra: Any) -> dict[str, Any]:
+    return {"schema_version": records.SCHEMA_VERSION, "run_id": f"r{i}", "status": "ok",
+            "engine": "ddp", "spec": {"model": "mlp"}, "world_size": 1, **extra}
+
+
+def test_append_and_load_round_trip(tmp_path: Path) -> None:
+    for i in range(3):
+        records.append(tmp_path, _rec(i))
+    loaded = records.load([tmp_path])
+    assert [r["run_id"] for r in loaded.records] == ["r0", "r1", "r2"]
+    assert loaded.problems == []
+    assert loaded.records[1]["_source"].endswith("runs.jsonl:2")
+
+
+def test_bad_lines_are_reported_and_good_ones_kept(tmp_path: Path) -> None:
+    f = tmp_path / "runs.jsonl"
+    lines = [
+        json.dumps(_rec(0)),
+        "{not json",
+        "\x00\xff garbage",
+        json.dumps([1, 2]),
+        json.dumps({"run_id": "x"}),
+        json.dumps(_rec(1, schema_version=records.SCHEMA_VERSION + 1)),
+        json.dumps(_rec(2)),
+    ]
+    f.write_text("\n".join(lines) + "\n")
+    loaded = records.load([tmp_path])
+    assert [r["run_id"] for r in loaded.records] == ["r0", "r2"]
+    messages = {p.line: p.message for p in loaded.problems}
+    assert set(messages) == {2, 3, 4, 5, 6}
+    assert "not valid JSON" in messages[2]
+    assert "not a JSON object" in messages[4]
+    assert "missing field(s)" in messages[5]
+    assert "newer than this bench understands" in messages[6]
+
+
+def test_append_after_a_torn_line_keeps_both_readable(tmp_path: Path) -> None:
+    records.append(tmp_path, _rec(0))
+    with open(tmp_path / "runs.jsonl", "a") as fh:
+        fh.write('{"schema_version": 1, "run_id": "torn')  # a writer died mid-line
+    records.append(tmp_path, _rec(1))
+    loaded = records.load([tmp_path])
+    assert [r["run_id"] for r in loaded.records] == ["r0", "r1"]
+    assert len(loaded.problems) == 1
+
+
+def _writer(args: tuple[str, int]) -> None:
+    folder, worker = args
+    for i in range(50):
+        records.append(folder, _rec(worker * 1000 + i, padding="x" * 5000))
+
+
+def test_concurrent_appends_never_interleave(tmp_path: Path) -> None:
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        pool.map(_writer, [(str(tmp_path), w) for w in range(4)])
+    loaded = records.load([tmp_path])
+    assert loaded.problems == []
+    assert len(loaded.records) == 200
+
+
+def test_results_path_that_is_a_file(tmp_path: Path) -> None:
+    blocker = tmp_path / "results"
+    blocker.write_text("")
+    with pytest.raises(records.RecordsError, match="is a file, not a directory"):
+        records.check_writable(blocker)
+    with pytest.raises(records.RecordsError, match="cannot create results directory .*Not a directory"):
+        records.check_writable(blocker / "sub")
+
+
+def test_missing_path_is_a_problem_not_a_crash(tmp_path: Path) -> None:
+    loaded = records.load([tmp_path / "nope"])
+    assert loaded.records == [] and "no such file" in loaded.problems[0].message
