@@ -30,7 +30,9 @@ def prepare(spec: RunSpec, world_size: int) -> tuple[models.ModelDef, bdata.Data
         try:
             model.check_input(dataset.input_shape)
         except ValueError as exc:
-            raise InputError(f"dataset {spec.dataset!r} does not fit model {spec.model!r}: {exc}") from None
+            raise InputError(
+                f"dataset {spec.dataset!r} does not fit model {spec.model!r}: {exc}"
+            ) from None
         spe = bdata.steps_per_epoch(len(dataset.train_y), spec.global_batch(world_size))
     except (SpecError, models.UnknownModelError, bdata.DataError) as exc:
         raise InputError(str(exc)) from None

@@ -6,7 +6,7 @@ import argparse
 import json
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import models
@@ -17,44 +17,67 @@ from bench.sweep import SweepConfig, SweepError, load_config_file, run_sweep
 EXIT_BAD_INPUT = 2
 
 
-def _csv(kind: type) -> object:
+def _csv(kind: type) -> Callable[[str], tuple[object, ...]]:
     def parse(text: str) -> tuple[object, ...]:
         try:
             return tuple(kind(part.strip()) for part in text.split(",") if part.strip())
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a comma-separated list of {kind.__name__}, got {text!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"expected a comma-separated list of {kind.__name__}, got {text!r}"
+            ) from None
 
     return parse
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="bench", description="Benchmark data-parallel training engines under identical settings."
+        prog="bench",
+        description="Benchmark data-parallel training engines under identical settings.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="sweep engines x workers x models x repeats, then compare")
     run.add_argument("--config", help="TOML or YAML file with sweep settings and a [spec] table")
-    run.add_argument("--engines", type=_csv(str), help="comma list of horovod,ddp,paddle (default: all)")
+    run.add_argument(
+        "--engines", type=_csv(str), help="comma list of horovod,ddp,paddle (default: all)"
+    )
     run.add_argument("--workers", type=_csv(int), help="comma list of worker counts (default: 1,2)")
     run.add_argument("--models", type=_csv(str), help="comma list of models (default: mlp,lenet)")
-    run.add_argument("--datasets", type=_csv(str), help="comma list of datasets (default: each model's own)")
+    run.add_argument(
+        "--datasets", type=_csv(str), help="comma list of datasets (default: each model's own)"
+    )
     run.add_argument("--repeats", type=int, help="runs per cell (default: 3)")
-    run.add_argument("--seed-mode", choices=["vary", "fixed"],
-                     help="vary: seed+repeat per repeat (noise over seeds); fixed: timing noise only")
+    run.add_argument(
+        "--seed-mode",
+        choices=["vary", "fixed"],
+        help="vary: seed+repeat per repeat (noise over seeds); fixed: timing noise only",
+    )
     run.add_argument("--timeout", type=float, help="seconds allowed per cell (default: 600)")
-    run.add_argument("--oversubscribe", action="store_true", default=None,
-                     help="allow more worker threads than cores")
+    run.add_argument(
+        "--oversubscribe",
+        action="store_true",
+        default=None,
+        help="allow more worker threads than cores",
+    )
     run.add_argument("--results", default="results", help="results directory (default: results/)")
     run.add_argument("--force", action="store_true", help="rerun cells already recorded")
     run.add_argument("--dry-run", action="store_true", help="print the launch commands and exit")
-    run.add_argument("--no-compare", action="store_true", help="do not print the comparison at the end")
+    run.add_argument(
+        "--no-compare", action="store_true", help="do not print the comparison at the end"
+    )
     add_spec_flags(run)
 
     cmp_ = sub.add_parser("compare", help="comparison tables from result records")
-    cmp_.add_argument("paths", nargs="*", default=["results"], help="result files or directories (default: results/)")
+    cmp_.add_argument(
+        "paths",
+        nargs="*",
+        default=["results"],
+        help="result files or directories (default: results/)",
+    )
     cmp_.add_argument("--format", choices=["text", "csv", "json"], default="text")
-    cmp_.add_argument("--sources", action="store_true", help="list the record (file:line) behind every run")
+    cmp_.add_argument(
+        "--sources", action="store_true", help="list the record (file:line) behind every run"
+    )
 
     sub.add_parser("models", help="list the reference models")
     return parser
@@ -62,7 +85,16 @@ def _parser() -> argparse.ArgumentParser:
 
 def _sweep_inputs(args: argparse.Namespace) -> tuple[SweepConfig, RunSpec]:
     settings, spec_fields = load_config_file(args.config) if args.config else ({}, {})
-    for key in ("engines", "workers", "models", "datasets", "repeats", "seed_mode", "timeout", "oversubscribe"):
+    for key in (
+        "engines",
+        "workers",
+        "models",
+        "datasets",
+        "repeats",
+        "seed_mode",
+        "timeout",
+        "oversubscribe",
+    ):
         value = getattr(args, key)
         if value is not None:
             settings[key] = value
@@ -83,9 +115,17 @@ def cmd_run(args: argparse.Namespace) -> int:
             check_plan(cells, config)
             env_key = environment_key()
             for cell in cells:
-                argv = launch.launch_argv(cell.engine, cell.workers,
-                                          [*spec_flags(cell.spec), "--results", str(results),
-                                           "--label", f"cell={cell.key(env_key)}"])
+                argv = launch.launch_argv(
+                    cell.engine,
+                    cell.workers,
+                    [
+                        *spec_flags(cell.spec),
+                        "--results",
+                        str(results),
+                        "--label",
+                        f"cell={cell.key(env_key)}",
+                    ],
+                )
                 print(shlex.join(argv))
             print(f"# {len(cells)} cells", file=sys.stderr)
             return 0
@@ -94,7 +134,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        print("\nbench run: interrupted; what was recorded is kept, rerun to resume", file=sys.stderr)
+        print(
+            "\nbench run: interrupted; what was recorded is kept, rerun to resume", file=sys.stderr
+        )
         return 130
     bad = [o for o in outcomes if o.status != records.Status.OK]
     if not args.no_compare:
@@ -112,11 +154,21 @@ def _print_compare(paths: Sequence[str], fmt: str, sources: bool) -> int:
         print(f"skipped: {problem}", file=sys.stderr)
     tables = report.compare(loaded.records)
     if not tables:
-        print(f"no readable records under {', '.join(paths)}; run `bench run` or a runner first", file=sys.stderr)
+        print(
+            f"no readable records under {', '.join(paths)}; run `bench run` or a runner first",
+            file=sys.stderr,
+        )
         return 1
     if fmt == "json":
-        out = [{"title": t.title, "group": t.group, "rows": json.loads(t.frame.to_json(orient="records")),
-                "notes": t.notes} for t in tables]
+        out = [
+            {
+                "title": t.title,
+                "group": t.group,
+                "rows": json.loads(t.frame.to_json(orient="records")),
+                "notes": t.notes,
+            }
+            for t in tables
+        ]
         print(json.dumps(out, indent=1))
     elif fmt == "csv":
         for t in tables:
@@ -128,8 +180,22 @@ def _print_compare(paths: Sequence[str], fmt: str, sources: bool) -> int:
             print()
     if sources:
         df = report.frame(loaded.records)
-        print(df[["group", "engine", "workers", "seed", "status", "throughput", "final_accuracy", "source"]]
-              .sort_values(["group", "engine", "workers", "seed"]).to_string(index=False))
+        print(
+            df[
+                [
+                    "group",
+                    "engine",
+                    "workers",
+                    "seed",
+                    "status",
+                    "throughput",
+                    "final_accuracy",
+                    "source",
+                ]
+            ]
+            .sort_values(["group", "engine", "workers", "seed"])
+            .to_string(index=False)
+        )
     print(f"{len(loaded.records)} records read, {len(loaded.problems)} skipped", file=sys.stderr)
     return 0
 
@@ -141,7 +207,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_models(_: argparse.Namespace) -> int:
     for name in models.names():
         m = models.get(name)
-        print(f"{name:8} {m.description} (default dataset {m.default_dataset}, batch {m.default_batch})")
+        print(
+            f"{name:8} {m.description} (default dataset {m.default_dataset}, batch {m.default_batch})"
+        )
     return 0
 
 

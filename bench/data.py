@@ -69,7 +69,9 @@ def _split(x: np.ndarray, y: np.ndarray, seed: int, test_fraction: float, name: 
     n_test = round(len(x) * test_fraction)
     test, train = order[:n_test], order[n_test:]
     tx, vx = _standardise(x[train], x[test])
-    return Dataset(name, tx, y[train].astype(np.int64), vx, y[test].astype(np.int64), int(y.max()) + 1)
+    return Dataset(
+        name, tx, y[train].astype(np.int64), vx, y[test].astype(np.int64), int(y.max()) + 1
+    )
 
 
 def load_digits(seed: int, test_fraction: float, **_: object) -> Dataset:
@@ -121,7 +123,9 @@ def read_idx(path: Path) -> np.ndarray:
     return np.frombuffer(body, dtype=np.uint8).reshape(dims)
 
 
-def load_mnist(seed: int, test_fraction: float, data_path: str | None = None, **_: object) -> Dataset:
+def load_mnist(
+    seed: int, test_fraction: float, data_path: str | None = None, **_: object
+) -> Dataset:
     """MNIST from the four standard IDX files (plain or .gz) in `data_path`; standard split."""
     if not data_path:
         raise DataError(

@@ -55,8 +55,16 @@ def launch_argv(
     python = python or sys.executable
     script = str(RUNNER_SCRIPTS[engine])
     if engine is Engine.DDP:
-        argv = [python, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-                "--nproc-per-node", str(nproc)]
+        argv = [
+            python,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nnodes",
+            "1",
+            "--nproc-per-node",
+            str(nproc),
+        ]
         if log_dir is not None:
             argv += ["--log-dir", str(log_dir), "--tee", "3"]
         return [*argv, script, *runner_args]

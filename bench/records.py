@@ -169,39 +169,40 @@ def migrate(record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
+def _parse(path: Path, number: int, raw: bytes) -> dict[str, Any] | Problem:
+    """One line -> a migrated record, or the problem that keeps it out."""
+    try:
+        record = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return Problem(str(path), number, f"not valid JSON ({exc})")
+    if not isinstance(record, dict):
+        return Problem(str(path), number, "not a JSON object")
+    missing = [k for k in REQUIRED if k not in record]
+    if missing:
+        return Problem(str(path), number, f"missing field(s): {', '.join(missing)}")
+    try:
+        record = migrate(record)
+    except ValueError as exc:
+        return Problem(str(path), number, str(exc))
+    record["_source"] = f"{path}:{number}"
+    return record
+
+
 def load(paths: Iterable[str | Path]) -> Loaded:
     """Every good record under `paths` (files or directories), plus each problem found."""
     files, problems = _files(paths)
     records: list[dict[str, Any]] = []
     for path in files:
         try:
-            fh = open(path, "rb")
+            with open(path, "rb") as fh:
+                for number, raw in enumerate(fh, start=1):
+                    if not raw.strip():
+                        continue
+                    parsed = _parse(path, number, raw)
+                    if isinstance(parsed, Problem):
+                        problems.append(parsed)
+                    else:
+                        records.append(parsed)
         except OSError as exc:
             problems.append(Problem(str(path), 0, f"cannot read: {exc.strerror}"))
-            continue
-        with fh:
-            for number, raw in enumerate(fh, start=1):
-                if not raw.strip():
-                    continue
-                try:
-                    record = json.loads(raw.decode("utf-8"))
-                except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                    problems.append(Problem(str(path), number, f"not valid JSON ({exc})"))
-                    continue
-                if not isinstance(record, dict):
-                    problems.append(Problem(str(path), number, "not a JSON object"))
-                    continue
-                missing = [k for k in REQUIRED if k not in record]
-                if missing:
-                    problems.append(
-                        Problem(str(path), number, f"missing field(s): {', '.join(missing)}")
-                    )
-                    continue
-                try:
-                    record = migrate(record)
-                except ValueError as exc:
-                    problems.append(Problem(str(path), number, str(exc)))
-                    continue
-                record["_source"] = f"{path}:{number}"
-                records.append(record)
     return Loaded(records, problems)

@@ -85,7 +85,7 @@ def frame(recs: Iterable[dict[str, Any]]) -> pd.DataFrame:
 def _agreement(ok: pd.DataFrame, column: str, what: str, per_workers: bool) -> str | None:
     """A note when engines disagree on a fingerprint that the contract says must match."""
     keys = ["workers"] if per_workers else []
-    groups = ok.groupby(keys + ["seed"]) if keys else ok.groupby("seed")
+    groups = ok.groupby([*keys, "seed"])
     for _, g in groups:
         values = set(g[column].dropna())
         if len(values) > 1:
@@ -121,9 +121,13 @@ def compare(recs: list[dict[str, Any]]) -> list[Table]:
                 row["samples/s"] = tp.value
                 row["95% CI"] = "-" if tp.low is None else f"[{tp.low:,.0f}, {tp.high:,.0f}]"
                 if base.get(engine):
-                    eff = stats.bootstrap_ratio(good["throughput"].tolist(), base[engine], float(workers))
+                    eff = stats.bootstrap_ratio(
+                        good["throughput"].tolist(), base[engine], float(workers)
+                    )
                     row["efficiency"] = eff.value
-                    row["eff. 95% CI"] = "-" if eff.low is None else f"[{eff.low:.2f}, {eff.high:.2f}]"
+                    row["eff. 95% CI"] = (
+                        "-" if eff.low is None else f"[{eff.low:.2f}, {eff.high:.2f}]"
+                    )
                 acc = good["final_accuracy"].astype(float)
                 row["accuracy"] = float(acc.mean())
                 row["acc. sd"] = float(acc.std(ddof=1)) if len(acc) > 1 else np.nan
@@ -140,16 +144,26 @@ def compare(recs: list[dict[str, Any]]) -> list[Table]:
                 if note:
                     notes.append(note)
             if ok["init_fp"].nunique() == 1:
-                notes.append(f"initial weights identical across engines (fingerprint {ok['init_fp'].iloc[0]})")
+                notes.append(
+                    f"initial weights identical across engines (fingerprint {ok['init_fp'].iloc[0]})"
+                )
             if ok["machine"].nunique() > 1:
-                notes.append("WARNING: records from different machines: " + "; ".join(sorted(ok["machine"].unique())))
+                notes.append(
+                    "WARNING: records from different machines: "
+                    + "; ".join(sorted(ok["machine"].unique()))
+                )
             if ok["libraries"].nunique() > 1:
-                notes.append("WARNING: records from different library versions: " + " | ".join(sorted(ok["libraries"].unique())))
+                notes.append(
+                    "WARNING: records from different library versions: "
+                    + " | ".join(sorted(ok["libraries"].unique()))
+                )
             knobs = ok.groupby("engine")["knobs"].first()
             notes.append("engine knobs: " + "; ".join(f"{e} {k}" for e, k in knobs.items()))
         for _, bad in gdf[gdf["status"] != records.Status.OK].iterrows():
             first = (bad["error"] or "").strip().splitlines()[:1]
-            notes.append(f"{bad['status']}: {bad['engine']} np={bad['workers']} ({bad['source']}): {first[0] if first else 'no error text'}")
+            notes.append(
+                f"{bad['status']}: {bad['engine']} np={bad['workers']} ({bad['source']}): {first[0] if first else 'no error text'}"
+            )
         tables.append(Table(str(gdf["title"].iloc[0]), str(group), table, notes))
     return sorted(tables, key=lambda t: t.title)
 

@@ -192,7 +192,9 @@ class RunSpec:
         if self.bucket_mb <= 0:
             raise SpecError(f"bucket_mb must be > 0, got {self.bucket_mb}")
         if self.optimizer is Optimizer.ADAM and self.momentum not in (0.0, 0.9):
-            raise SpecError("momentum is an SGD setting; leave it at its default with optimizer=adam")
+            raise SpecError(
+                "momentum is an SGD setting; leave it at its default with optimizer=adam"
+            )
         if self.device is Device.CPU and self.precision is not Precision.FP32:
             raise SpecError(
                 f"precision={self.precision.value} needs device=cuda; on CPU use precision=fp32"
@@ -255,7 +257,11 @@ def add_spec_flags(parser: argparse.ArgumentParser, defaults: RunSpec | None = N
         flag = "--" + f.name.replace("_", "-")
         default = getattr(defaults, f.name)
         shown = default.value if isinstance(default, enum.Enum) else default
-        kwargs: dict[str, Any] = {"dest": f.name, "default": None, "help": _FLAG_HELP.get(f.name, "")}
+        kwargs: dict[str, Any] = {
+            "dest": f.name,
+            "default": None,
+            "help": _FLAG_HELP.get(f.name, ""),
+        }
         kwargs["help"] = (kwargs["help"] + f" (default: {shown})").strip()
         if isinstance(kind, type) and issubclass(kind, enum.Enum):
             kwargs["choices"] = [m.value for m in kind]

@@ -8,9 +8,10 @@ no interval, and the reports say so instead of inventing one.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 DEFAULT_RESAMPLES = 5000
 
@@ -29,7 +30,7 @@ class Estimate:
 
 
 def bootstrap(
-    values: Sequence[float],
+    values: ArrayLike,
     stat: Callable[[np.ndarray], float] = np.median,
     *,
     confidence: float = 0.95,
@@ -52,8 +53,8 @@ def bootstrap(
 
 
 def bootstrap_ratio(
-    num: Sequence[float],
-    den: Sequence[float],
+    num: ArrayLike,
+    den: ArrayLike,
     scale: float = 1.0,
     *,
     confidence: float = 0.95,

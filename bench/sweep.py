@@ -18,12 +18,12 @@ import signal
 import subprocess
 import sys
 import time
-import tomllib
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+import tomllib
 import yaml
 
 import models
@@ -57,15 +57,15 @@ class SweepConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise SweepError(f"unknown sweep setting(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+            raise SweepError(
+                f"unknown sweep setting(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            )
         values: dict[str, Any] = dict(data)
         try:
             if "engines" in values:
                 values["engines"] = tuple(Engine(e) for e in values["engines"])
         except ValueError as exc:
-            raise SweepError(
-                f"{exc}; engines are: {', '.join(e.value for e in Engine)}"
-            ) from None
+            raise SweepError(f"{exc}; engines are: {', '.join(e.value for e in Engine)}") from None
         for key in ("workers", "models", "datasets"):
             if key in values:
                 values[key] = tuple(values[key])
@@ -133,7 +133,14 @@ class Cell:
     def key(self, env_key: str) -> str:
         """Identity for resume: same spec, engine, workers, repeat and environment."""
         blob = json.dumps(
-            [self.spec.to_dict(), self.engine.value, self.workers, self.repeat, self.seed_mode, env_key],
+            [
+                self.spec.to_dict(),
+                self.engine.value,
+                self.workers,
+                self.repeat,
+                self.seed_mode,
+                env_key,
+            ],
             sort_keys=True,
         )
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -224,29 +231,54 @@ class CellResult:
 
 
 def run_cell(
-    cell: Cell, index: int, results: Path, run_dir: Path, timeout: float, env_key: str,
-    sweep_id: str, python: str | None = None,
+    cell: Cell,
+    index: int,
+    results: Path,
+    run_dir: Path,
+    timeout: float,
+    env_key: str,
+    sweep_id: str,
+    python: str | None = None,
 ) -> CellResult:
     """Launch one cell and make sure it leaves exactly one record."""
     attempt = uuid.uuid4().hex
-    log_dir = run_dir / f"{index:03d}-{cell.engine.value}-np{cell.workers}-{cell.spec.model}-r{cell.repeat}"
+    log_dir = (
+        run_dir
+        / f"{index:03d}-{cell.engine.value}-np{cell.workers}-{cell.spec.model}-r{cell.repeat}"
+    )
     log_dir.mkdir(parents=True, exist_ok=True)
     labels = {
-        "cell": cell.key(env_key), "attempt": attempt, "sweep": sweep_id,
-        "repeat": str(cell.repeat), "seed_mode": cell.seed_mode, "log_dir": str(log_dir),
+        "cell": cell.key(env_key),
+        "attempt": attempt,
+        "sweep": sweep_id,
+        "repeat": str(cell.repeat),
+        "seed_mode": cell.seed_mode,
+        "log_dir": str(log_dir),
     }
-    runner_args = [*spec_flags(cell.spec), "--results", str(results), "--quiet",
-                   "--collective-timeout", str(max(timeout / 2, 30.0))]
+    runner_args = [
+        *spec_flags(cell.spec),
+        "--results",
+        str(results),
+        "--quiet",
+        "--collective-timeout",
+        str(max(timeout / 2, 30.0)),
+    ]
     runner_args += [a for k, v in labels.items() for a in ("--label", f"{k}={v}")]
-    argv = launch.launch_argv(cell.engine, cell.workers, runner_args, log_dir=log_dir, python=python)
+    argv = launch.launch_argv(
+        cell.engine, cell.workers, runner_args, log_dir=log_dir, python=python
+    )
     (log_dir / "argv.json").write_text(json.dumps(argv, indent=1))
     launcher_log = log_dir / "launcher.log"
     start = time.monotonic()
     status, error = records.Status.OK, None
     with open(launcher_log, "wb") as log:
         proc = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, cwd=launch.ROOT,
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=launch.ROOT,
         )
         try:
             rc = proc.wait(timeout=timeout)
@@ -261,7 +293,8 @@ def run_cell(
                 status, error = records.Status.FAILED, f"launcher exited with code {rc}"
     seconds = time.monotonic() - start
     written = [
-        r for r in records.load([records.results_file(results)]).records
+        r
+        for r in records.load([records.results_file(results)]).records
         if (r.get("labels") or {}).get("attempt") == attempt
     ]
     if written:
@@ -278,8 +311,13 @@ def run_cell(
     if status == records.Status.OK:
         status = records.Status.FAILED
     rec = records.new_record(
-        cell.spec.to_dict(), cell.engine.value, cell.workers, labels,
-        {"name": "bench run", "argv": argv}, status=status, error=error,
+        cell.spec.to_dict(),
+        cell.engine.value,
+        cell.workers,
+        labels,
+        {"name": "bench run", "argv": argv},
+        status=status,
+        error=error,
     )
     rec["wall_time_s"] = seconds
     records.append(results, rec)
@@ -292,7 +330,11 @@ def environment_key() -> str:
 
 
 def completed_cells(results: Path) -> set[str]:
-    loaded = records.load([records.results_file(results)]) if records.results_file(results).exists() else None
+    loaded = (
+        records.load([records.results_file(results)])
+        if records.results_file(results).exists()
+        else None
+    )
     if loaded is None:
         return set()
     return {
@@ -308,8 +350,13 @@ def _fmt_s(seconds: float) -> str:
 
 
 def run_sweep(
-    config: SweepConfig, base: RunSpec, results: Path, *, force: bool = False,
-    out: TextIO = sys.stdout, python: str | None = None,
+    config: SweepConfig,
+    base: RunSpec,
+    results: Path,
+    *,
+    force: bool = False,
+    out: TextIO = sys.stdout,
+    python: str | None = None,
     on_cell: Callable[[CellResult], None] | None = None,
 ) -> list[CellResult]:
     """Run every cell not already recorded; returns what ran (skipped cells excluded)."""
@@ -323,9 +370,9 @@ def run_sweep(
     sweep_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
     run_dir = (results if results.suffix != ".jsonl" else results.parent) / "runs" / sweep_id
     print(
-        f"bench run: {len(cells)} cells ({skipped} already recorded, skipped); "
-        f"logs in {run_dir}",
-        file=out, flush=True,
+        f"bench run: {len(cells)} cells ({skipped} already recorded, skipped); logs in {run_dir}",
+        file=out,
+        flush=True,
     )
     outcomes: list[CellResult] = []
     start = time.monotonic()
@@ -337,7 +384,8 @@ def run_sweep(
         left = elapsed / i * (len(todo) - i)
         print(
             f" {res.status} {res.seconds:.1f}s  (elapsed {_fmt_s(elapsed)}, ~{_fmt_s(left)} left)",
-            file=out, flush=True,
+            file=out,
+            flush=True,
         )
         if res.status != records.Status.OK and res.error:
             for line in res.error.strip().splitlines()[-8:]:
@@ -348,6 +396,15 @@ def run_sweep(
 
 
 __all__ = [
-    "Cell", "CellResult", "SpecError", "SweepConfig", "SweepError", "check_plan", "load_config_file",
-    "plan", "run_cell", "run_sweep", "spec_flags",
+    "Cell",
+    "CellResult",
+    "SpecError",
+    "SweepConfig",
+    "SweepError",
+    "check_plan",
+    "load_config_file",
+    "plan",
+    "run_cell",
+    "run_sweep",
+    "spec_flags",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,7 @@ def _dims(input_shape: Shape, classes: int) -> list[int]:
 def param_shapes(input_shape: Shape, classes: int) -> dict[str, tuple[Shape, int]]:
     dims = _dims(input_shape, classes)
     shapes: dict[str, tuple[Shape, int]] = {}
-    for i, (d_in, d_out) in enumerate(zip(dims, dims[1:], strict=False)):
+    for i, (d_in, d_out) in enumerate(itertools.pairwise(dims)):
         shapes[f"fc{i + 1}.weight"] = ((d_out, d_in), d_in)
         shapes[f"fc{i + 1}.bias"] = ((d_out,), d_in)
     return shapes

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Train one reference model under Horovod (PyTorch) and append a result record.
 
-    horovodrun -np 4 runners/hvd.py --model lenet --dataset digits
+horovodrun -np 4 runners/hvd.py --model lenet --dataset digits
 """
 
 import sys
@@ -11,7 +11,7 @@ from pathlib import Path
 # must be importable too when the package is not installed.
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
-from runners._bootstrap import ensure_venv  # noqa: E402
+from runners._bootstrap import ensure_venv
 
 ensure_venv()
 

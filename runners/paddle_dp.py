@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Train one reference model under PaddlePaddle DataParallel and append a result record.
 
-    python -m paddle.distributed.launch --nproc_per_node 4 runners/paddle_dp.py --model lenet
+python -m paddle.distributed.launch --nproc_per_node 4 runners/paddle_dp.py --model lenet
 """
 
 import sys
@@ -11,7 +11,7 @@ from pathlib import Path
 # must be importable too when the package is not installed.
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
-from runners._bootstrap import ensure_venv  # noqa: E402
+from runners._bootstrap import ensure_venv
 
 ensure_venv()
 

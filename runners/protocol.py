@@ -54,13 +54,22 @@ def build_parser(engine: Engine) -> argparse.ArgumentParser:
     )
     add_spec_flags(parser)
     parser.add_argument("--results", default="results", help="results directory or .jsonl file")
-    parser.add_argument("--save", metavar="STEM", help="write final weights to STEM.npz and the framework's own format")
     parser.add_argument(
-        "--collective-timeout", type=float, default=300.0,
+        "--save",
+        metavar="STEM",
+        help="write final weights to STEM.npz and the framework's own format",
+    )
+    parser.add_argument(
+        "--collective-timeout",
+        type=float,
+        default=300.0,
         help="seconds a collective may wait for a peer before the run fails (default: 300)",
     )
     parser.add_argument(
-        "--label", action="append", default=[], metavar="KEY=VALUE",
+        "--label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="free-form label stored in the record (repeatable); used by `bench run`",
     )
     parser.add_argument("--quiet", action="store_true", help="no per-epoch progress lines")
@@ -111,8 +120,15 @@ def _launcher() -> dict[str, Any]:
     return {"name": name, "runner_argv": [sys.executable, *sys.argv], "parent_argv": parent}
 
 
-def train(adapter: EngineAdapter, model: models.ModelDef, dataset: bdata.Dataset, spe: int,
-          record: dict[str, Any], quiet: bool, save: str | None) -> None:
+def train(
+    adapter: EngineAdapter,
+    model: models.ModelDef,
+    dataset: bdata.Dataset,
+    spe: int,
+    record: dict[str, Any],
+    quiet: bool,
+    save: str | None,
+) -> None:
     """The training protocol proper; fills `record` in place (rank 0's copy is written)."""
     spec, rank, world = adapter.spec, adapter.rank, adapter.world_size
     per = spec.per_worker_batch(world)
@@ -227,7 +243,7 @@ def train(adapter: EngineAdapter, model: models.ModelDef, dataset: bdata.Dataset
         }
     )
     if save and rank == 0:
-        np.savez(save + ".npz", **final_state)
+        np.savez(save + ".npz", **final_state)  # type: ignore[arg-type]
         record["saved"] = {"numpy": save + ".npz", "native": adapter.save_native(save)}
 
 
@@ -254,7 +270,9 @@ def main(engine: Engine, argv: Sequence[str] | None = None) -> int:
     except SpecError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    record = records.new_record(spec.to_dict(), engine.value, adapter.world_size, labels, _launcher())
+    record = records.new_record(
+        spec.to_dict(), engine.value, adapter.world_size, labels, _launcher()
+    )
     code = 0
     try:
         train(adapter, model, dataset, spe, record, args.quiet, args.save)

@@ -28,7 +28,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         has_gpu = False
     if has_gpu or os.environ.get("BENCH_EXPECT_GPU") == "1":
         return
-    skip = pytest.mark.skip(reason="no CUDA GPU on this machine (set BENCH_EXPECT_GPU=1 to fail instead)")
+    skip = pytest.mark.skip(
+        reason="no CUDA GPU on this machine (set BENCH_EXPECT_GPU=1 to fail instead)"
+    )
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
@@ -39,22 +41,48 @@ def run_engine(
 ) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
     """Run one engine through its launcher; return the process and the records it left."""
     before = _count(results)
-    argv = launch.launch_argv(engine, nproc, [*args, "--results", str(results), "--quiet"],
-                              log_dir=results / "logs" / f"{engine.value}-{nproc}-{before}")
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-                          stdin=subprocess.DEVNULL)
-    recs = records.load([records.results_file(results)]).records if records.results_file(results).exists() else []
+    argv = launch.launch_argv(
+        engine,
+        nproc,
+        [*args, "--results", str(results), "--quiet"],
+        log_dir=results / "logs" / f"{engine.value}-{nproc}-{before}",
+    )
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, timeout=timeout, cwd=ROOT, stdin=subprocess.DEVNULL
+    )
+    recs = (
+        records.load([records.results_file(results)]).records
+        if records.results_file(results).exists()
+        else []
+    )
     return proc, recs[before:]
 
 
-def run_direct(engine: Engine, args: list[str], results: Path) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
+def run_direct(
+    engine: Engine, args: list[str], results: Path
+) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
     """Run a runner script as a plain process (world size 1, no launcher)."""
     before = _count(results)
-    proc = subprocess.run([sys.executable, str(launch.RUNNER_SCRIPTS[engine]), *args,
-                           "--results", str(results), "--quiet"],
-                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=ROOT,
-                          stdin=subprocess.DEVNULL)
-    recs = records.load([records.results_file(results)]).records if records.results_file(results).exists() else []
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(launch.RUNNER_SCRIPTS[engine]),
+            *args,
+            "--results",
+            str(results),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+    )
+    recs = (
+        records.load([records.results_file(results)]).records
+        if records.results_file(results).exists()
+        else []
+    )
     return proc, recs[before:]
 
 
@@ -65,7 +93,9 @@ def _count(results: Path) -> int:
 
 def ok_record(proc: subprocess.CompletedProcess[str], recs: list[dict[str, Any]]) -> dict[str, Any]:
     """The single ok record a successful run must leave, with its output on failure."""
-    assert proc.returncode == 0, f"run failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, (
+        f"run failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    )
     assert len(recs) == 1, f"expected one record, got {len(recs)}"
     assert recs[0]["status"] == records.Status.OK, recs[0].get("error")
     return recs[0]

@@ -70,7 +70,9 @@ def test_mnist_reads_idx_files(tmp_path: Path) -> None:
 def test_mnist_missing_path_says_what_to_put_where(tmp_path: Path) -> None:
     with pytest.raises(data.DataError, match="needs --data-path"):
         data.load_dataset("mnist", seed=0, test_fraction=0.2)
-    with pytest.raises(data.DataError, match=r"train-images-idx3-ubyte.*not found in .*nothing is downloaded"):
+    with pytest.raises(
+        data.DataError, match=r"train-images-idx3-ubyte.*not found in .*nothing is downloaded"
+    ):
         data.load_dataset("mnist", seed=0, test_fraction=0.2, data_path=str(tmp_path))
 
 
@@ -83,5 +85,7 @@ def test_truncated_idx_is_reported(tmp_path: Path) -> None:
 
 
 def test_unknown_dataset() -> None:
-    with pytest.raises(data.DataError, match="unknown dataset 'cifar'; choose one of: digits, mnist, synthetic"):
+    with pytest.raises(
+        data.DataError, match="unknown dataset 'cifar'; choose one of: digits, mnist, synthetic"
+    ):
         data.load_dataset("cifar", seed=0, test_fraction=0.2)

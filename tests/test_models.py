@@ -61,5 +61,7 @@ def test_lenet_refuses_inputs_it_cannot_take() -> None:
 
 
 def test_unknown_model_lists_known_ones() -> None:
-    with pytest.raises(models.UnknownModelError, match="unknown model 'vgg'; choose one of: lenet, mlp"):
+    with pytest.raises(
+        models.UnknownModelError, match="unknown model 'vgg'; choose one of: lenet, mlp"
+    ):
         models.get("vgg")

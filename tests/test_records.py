@@ -11,8 +11,15 @@ from bench import records
 
 
 def _rec(i: int, **extra: Any) -> dict[str, Any]:
-    return {"schema_version": records.SCHEMA_VERSION, "run_id": f"r{i}", "status": "ok",
-            "engine": "ddp", "spec": {"model": "mlp"}, "world_size": 1, **extra}
+    return {
+        "schema_version": records.SCHEMA_VERSION,
+        "run_id": f"r{i}",
+        "status": "ok",
+        "engine": "ddp",
+        "spec": {"model": "mlp"},
+        "world_size": 1,
+        **extra,
+    }
 
 
 def test_append_and_load_round_trip(tmp_path: Path) -> None:
@@ -75,7 +82,9 @@ def test_results_path_that_is_a_file(tmp_path: Path) -> None:
     blocker.write_text("")
     with pytest.raises(records.RecordsError, match="is a file, not a directory"):
         records.check_writable(blocker)
-    with pytest.raises(records.RecordsError, match="cannot create results directory .*Not a directory"):
+    with pytest.raises(
+        records.RecordsError, match=r"cannot create results directory .*Not a directory"
+    ):
         records.check_writable(blocker / "sub")
 
 

@@ -46,8 +46,12 @@ def test_fingerprint_mismatch_is_flagged() -> None:
 
 
 def test_cli_reports_bad_lines_and_still_compares() -> None:
-    proc = subprocess.run([sys.executable, "-m", "bench.cli", "compare", str(GOLDEN)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.cli", "compare", str(GOLDEN)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "skipped: " in proc.stderr and "golden.jsonl:10: not valid JSON" in proc.stderr
     assert "mlp on digits" in proc.stdout and "0.75" in proc.stdout
@@ -55,17 +59,34 @@ def test_cli_reports_bad_lines_and_still_compares() -> None:
 
 
 def test_cli_json_and_sources() -> None:
-    proc = subprocess.run([sys.executable, "-m", "bench.cli", "compare", str(GOLDEN), "--format", "json"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.cli", "compare", str(GOLDEN), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     rows = json.loads(proc.stdout)[0]["rows"]
     assert {(r["engine"], r["workers"]) for r in rows} == {
-        ("ddp", 1), ("ddp", 2), ("horovod", 1), ("horovod", 2), ("paddle", 2)}
-    proc = subprocess.run([sys.executable, "-m", "bench.cli", "compare", str(GOLDEN), "--sources"],
-                          capture_output=True, text=True, timeout=120)
+        ("ddp", 1),
+        ("ddp", 2),
+        ("horovod", 1),
+        ("horovod", 2),
+        ("paddle", 2),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.cli", "compare", str(GOLDEN), "--sources"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "golden.jsonl:1" in proc.stdout
 
 
 def test_cli_with_nothing_readable(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "bench.cli", "compare", str(tmp_path)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.cli", "compare", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1 and "no readable records" in proc.stderr

@@ -8,14 +8,16 @@ from bench.spec import LRRule, RunSpec, Scaling, SpecError
 
 
 def test_round_trips_through_json() -> None:
-    spec = RunSpec(model="mlp", batch_size=16, scaling=Scaling.STRONG, lr_rule=LRRule.SQRT, max_steps=9)
+    spec = RunSpec(
+        model="mlp", batch_size=16, scaling=Scaling.STRONG, lr_rule=LRRule.SQRT, max_steps=9
+    )
     again = RunSpec.from_dict(json.loads(json.dumps(spec.to_dict())))
     assert again == spec
     assert again.scaling is Scaling.STRONG
 
 
 def test_unknown_keys_are_named() -> None:
-    with pytest.raises(SpecError, match="unknown spec field.*batchsize"):
+    with pytest.raises(SpecError, match=r"unknown spec field.*batchsize"):
         RunSpec.from_dict({"batchsize": 3})
 
 

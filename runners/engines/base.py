@@ -72,7 +72,7 @@ class EngineAdapter(abc.ABC):
     @abc.abstractmethod
     def barrier(self) -> None: ...
 
-    def synchronize(self) -> None:
+    def synchronize(self) -> None:  # noqa: B027 (optional hook: CPU engines need nothing)
         """Wait for queued device work so a step's time is its real time (no-op on CPU)."""
 
     @abc.abstractmethod
@@ -87,5 +87,5 @@ class EngineAdapter(abc.ABC):
     def threads(self) -> dict[str, Any]:
         """Threads as the framework reports them after setup."""
 
-    def shutdown(self) -> None:
+    def shutdown(self) -> None:  # noqa: B027 (optional hook)
         """Leave the process group cleanly."""

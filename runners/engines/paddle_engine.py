@@ -42,6 +42,10 @@ class PaddleAdapter(EngineAdapter):
                 f"precision={self.spec.precision.value} is not supported by the paddle runner "
                 "yet; use --precision fp32"
             )
+        if not float(self.spec.bucket_mb).is_integer():
+            raise SpecError(
+                f"bucket_mb={self.spec.bucket_mb}: paddle's DataParallel takes whole megabytes; use an integer"
+            )
         if self.spec.device is Device.CUDA:
             if not paddle.is_compiled_with_cuda():
                 raise SpecError("device=cuda but this paddle is a CPU build; use --device cpu")
@@ -68,19 +72,25 @@ class PaddleAdapter(EngineAdapter):
         state = {k: (v.T.copy() if k in transposed else v) for k, v in weights.items()}
         own = set(self.layer.state_dict())
         if own != set(state):
-            raise RuntimeError(f"paddle model parameters {sorted(own)} != shared weights {sorted(state)}")
+            raise RuntimeError(
+                f"paddle model parameters {sorted(own)} != shared weights {sorted(state)}"
+            )
         self.layer.set_state_dict({k: paddle.to_tensor(v) for k, v in state.items()})
         # DataParallel broadcasts rank 0's parameters at construction; at world
         # size 1 paddle's wrapper is a pass-through.
         self.model = (
-            paddle.DataParallel(self.layer, comm_buffer_size=s.bucket_mb) if self._parallel else self.layer
+            paddle.DataParallel(self.layer, comm_buffer_size=int(s.bucket_mb))
+            if self._parallel
+            else self.layer
         )
         params = self.model.parameters()
         if s.optimizer is Optimizer.SGD:
             # Momentum with mu=0 is plain SGD; weight_decay as a float is coupled L2,
             # as torch.optim.SGD's weight_decay is.
             self.optimizer = paddle.optimizer.Momentum(
-                learning_rate=s.lr, momentum=s.momentum, parameters=params,
+                learning_rate=s.lr,
+                momentum=s.momentum,
+                parameters=params,
                 weight_decay=s.weight_decay or None,
             )
         else:
@@ -108,7 +118,7 @@ class PaddleAdapter(EngineAdapter):
         with paddle.no_grad():
             xt, yt = self.to_batch(x, y)
             logits = self.layer(xt)
-            loss_sum = float(F.cross_entropy(logits, yt, reduction="sum").item())
+            loss_sum = float(F.cross_entropy(logits, yt, reduction="sum").numpy())
             correct = int((logits.argmax(1) == yt).astype("int64").sum().item())
         self.layer.train()
         return loss_sum, correct

@@ -50,12 +50,18 @@ class TorchAdapter(EngineAdapter):
     def _make_optimizer(self, params: Any) -> torch.optim.Optimizer:
         s = self.spec
         if s.optimizer is Optimizer.SGD:
-            return torch.optim.SGD(params, lr=s.lr, momentum=s.momentum, weight_decay=s.weight_decay)
+            return torch.optim.SGD(
+                params, lr=s.lr, momentum=s.momentum, weight_decay=s.weight_decay
+            )
         return torch.optim.Adam(params, lr=s.lr, weight_decay=s.weight_decay)
 
-    def _build_module(self, model: ModelDef, weights: Weights, input_shape: Shape, classes: int) -> None:
+    def _build_module(
+        self, model: ModelDef, weights: Weights, input_shape: Shape, classes: int
+    ) -> None:
         module = model.torch(input_shape, classes)
-        module.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in weights.items()}, strict=True)
+        module.load_state_dict(
+            {k: torch.from_numpy(v.copy()) for k, v in weights.items()}, strict=True
+        )
         self.module = module.to(self.device)
 
     def to_batch(self, x: np.ndarray, y: np.ndarray) -> Any:
@@ -134,7 +140,10 @@ class DDPAdapter(TorchAdapter):
             dist.init_process_group(backend, timeout=timeout)
         else:  # run directly with python: a one-process group, so the same code path runs
             dist.init_process_group(
-                backend, init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1,
+                backend,
+                init_method=f"tcp://127.0.0.1:{_free_port()}",
+                rank=0,
+                world_size=1,
                 timeout=timeout,
             )
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()

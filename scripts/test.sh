@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Set up .venv if needed, then run every check CI runs: lint, types, tests.
+# Extra arguments go to pytest (e.g. scripts/test.sh -m "not distributed").
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+bash scripts/setup.sh
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+.venv/bin/mypy
+exec .venv/bin/python -m pytest "$@"

@@ -1,0 +1,137 @@
+"""Bad input gets a clear error, a non-zero exit, and never an ok record."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import records
+from bench.spec import Engine
+from tests.conftest import ROOT, run_direct, run_engine
+
+ENGINES = [Engine.HOROVOD, Engine.DDP, Engine.PADDLE]
+
+
+def _no_ok_record(results: Path) -> None:
+    f = records.results_file(results)
+    if f.exists():
+        assert not [r for r in records.load([f]).records if r["status"] == records.Status.OK]
+
+
+@pytest.mark.parametrize("engine", ENGINES, ids=lambda e: e.value)
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--model", "vgg"], "unknown model 'vgg'; choose one of: lenet, mlp"),
+        (["--dataset", "imagenet"], "unknown dataset 'imagenet'"),
+        (["--dataset", "mnist"], "dataset 'mnist' needs --data-path DIR"),
+        (["--batch-size", "0"], "batch_size must be >= 1"),
+        (["--batch-size", "4096"], "fewer than one global batch of 4096"),
+        (["--epochs", "1", "--warmup-steps", "500"], "leaves no timed step"),
+        (["--optimizer", "lamb"], "invalid choice: 'lamb'"),
+    ],
+    ids=["model", "dataset", "mnist-path", "batch", "batch-too-big", "warmup", "optimizer"],
+)
+def test_runner_refuses(engine: Engine, args: list[str], message: str, tmp_path: Path) -> None:
+    proc, recs = run_direct(engine, args, tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert recs == []
+
+
+def test_missing_mnist_files_say_where(tmp_path: Path) -> None:
+    proc, recs = run_direct(
+        Engine.DDP, ["--dataset", "mnist", "--data-path", str(tmp_path / "mnist")], tmp_path
+    )
+    assert (
+        proc.returncode == 2
+        and "train-images-idx3-ubyte" in proc.stderr
+        and "nothing is downloaded" in proc.stderr
+    )
+    assert recs == []
+
+
+def test_results_path_that_is_a_file(tmp_path: Path) -> None:
+    blocker = tmp_path / "results"
+    blocker.write_text("precious")
+    proc, _ = run_direct(Engine.DDP, [], tmp_path)  # sanity: the same command works elsewhere
+    assert proc.returncode == 0
+    proc = subprocess.run(
+        [sys.executable, "runners/ddp.py", "--results", str(blocker)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 2 and "is a file, not a directory" in proc.stderr
+    assert blocker.read_text() == "precious"
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("engine", ENGINES, ids=lambda e: e.value)
+def test_strong_scaling_batch_that_does_not_divide(engine: Engine, tmp_path: Path) -> None:
+    """Refused on every rank before any process group exists: no hang, no record."""
+    proc, recs = run_engine(
+        engine, 2, ["--scaling", "strong", "--batch-size", "33"], tmp_path, timeout=120
+    )
+    assert proc.returncode != 0
+    logs = (
+        proc.stdout
+        + proc.stderr
+        + "".join(
+            p.read_text(errors="replace") for p in (tmp_path / "logs").rglob("*") if p.is_file()
+        )
+    )
+    assert "does not divide among 2 workers" in logs
+    assert recs == []
+    _no_ok_record(tmp_path)
+
+
+def _bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bench.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--engines", "mxnet"],
+            "'mxnet' is not a valid Engine; engines are: horovod, ddp, paddle",
+        ),
+        (["--workers", "0"], "workers must be integers >= 1"),
+        (
+            ["--workers", str((os.cpu_count() or 1) + 1), "--batch-size", "4"],
+            "exceed this machine's",
+        ),
+        (["--models", "vgg"], "unknown model 'vgg'"),
+        (["--repeats", "0"], "repeats must be an integer >= 1"),
+        (["--scaling", "strong", "--batch-size", "33"], "does not divide among 2 workers"),
+    ],
+)
+def test_sweep_refuses_before_launching(args: list[str], message: str, tmp_path: Path) -> None:
+    proc = _bench("run", "--results", str(tmp_path), *args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert message in proc.stderr
+    assert not (tmp_path / "runs").exists()  # nothing was launched
+    _no_ok_record(tmp_path)
+
+
+def test_sweep_config_with_unknown_key(tmp_path: Path) -> None:
+    cfg = tmp_path / "sweep.toml"
+    cfg.write_text('engines = ["ddp"]\nrepeat = 2\n[spec]\nmodel = "mlp"\n')
+    proc = _bench("run", "--config", str(cfg), "--results", str(tmp_path))
+    assert proc.returncode == 2 and "unknown sweep setting(s): repeat" in proc.stderr
+    cfg.write_text('engines = ["ddp"]\n[spec]\nmodle = "mlp"\n')
+    proc = _bench("run", "--config", str(cfg), "--results", str(tmp_path))
+    assert proc.returncode == 2 and "unknown spec field(s): modle" in proc.stderr

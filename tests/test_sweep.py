@@ -1,0 +1,118 @@
+"""The sweep: plan, resume, and cells that fail or hang (real processes)."""
+
+from __future__ import annotations
+
+import io
+import os
+import stat
+from pathlib import Path
+
+import psutil
+import pytest
+
+from bench import records
+from bench.spec import Engine, RunSpec, spec_from_args
+from bench.sweep import SweepConfig, plan, run_cell, run_sweep, spec_flags
+from runners.protocol import build_parser
+
+TINY = RunSpec(model="mlp", max_steps=12, warmup_steps=2, epochs=1)
+
+
+def test_plan_is_repeat_major_with_seeds() -> None:
+    cfg = SweepConfig(
+        engines=(Engine.DDP, Engine.PADDLE), workers=(1, 2), models=("mlp", "lenet"), repeats=2
+    )
+    cells = plan(cfg, RunSpec(seed=10))
+    assert len(cells) == 2 * 2 * 2 * 2
+    assert [c.repeat for c in cells] == [0] * 8 + [1] * 8
+    assert {c.spec.seed for c in cells if c.repeat == 1} == {11}
+    fixed = plan(SweepConfig(repeats=2, seed_mode="fixed"), RunSpec(seed=10))
+    assert {c.spec.seed for c in fixed} == {10}
+    # the default sweep of the README: 3 engines x {1,2} x {mlp, lenet} x 3 repeats
+    assert len(plan(SweepConfig(), RunSpec())) == 36
+
+
+def test_spec_flags_reproduce_the_spec_in_the_runner() -> None:
+    spec = RunSpec(model="lenet", scaling="strong", batch_size=64, lr=0.01, max_steps=7)  # type: ignore[arg-type]
+    args = build_parser(Engine.DDP).parse_args(spec_flags(spec))
+    assert spec_from_args(args) == spec
+
+
+def test_cell_keys_differ_by_what_matters() -> None:
+    a, b = plan(
+        SweepConfig(engines=(Engine.DDP,), workers=(1, 2), models=("mlp",), repeats=1), TINY
+    )
+    assert a.key("env") != b.key("env")
+    assert a.key("env") != a.key("other-machine")
+    assert a.key("env") == plan(
+        SweepConfig(engines=(Engine.DDP,), workers=(1,), models=("mlp",), repeats=1), TINY
+    )[0].key("env")
+
+
+@pytest.mark.distributed
+def test_real_sweep_records_every_cell_and_resumes(tmp_path: Path) -> None:
+    cfg = SweepConfig(
+        engines=(Engine.HOROVOD, Engine.DDP), workers=(1, 2), models=("mlp",), repeats=1
+    )
+    out = io.StringIO()
+    first = run_sweep(cfg, TINY, tmp_path, out=out)
+    assert [r.status for r in first] == ["ok"] * 4, out.getvalue()
+    recs = records.load([tmp_path]).records
+    assert sorted((r["engine"], r["world_size"]) for r in recs) == [
+        ("ddp", 1),
+        ("ddp", 2),
+        ("horovod", 1),
+        ("horovod", 2),
+    ]
+    # per-rank logs kept next to the records
+    assert all(Path(r["labels"]["log_dir"]).is_dir() for r in recs)
+    again = run_sweep(cfg, TINY, tmp_path, out=out)
+    assert again == []
+    assert "4 cells (4 already recorded, skipped)" in out.getvalue()
+
+
+def _fake_python(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "fakepython"
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return str(path)
+
+
+def test_failing_cells_are_recorded_and_the_sweep_goes_on(tmp_path: Path) -> None:
+    python = _fake_python(tmp_path, 'echo "worker exploded: out of cheese" >&2; exit 3')
+    cfg = SweepConfig(engines=(Engine.DDP,), workers=(1,), models=("mlp",), repeats=2)
+    out = io.StringIO()
+    outcomes = run_sweep(cfg, TINY, tmp_path / "res", out=out, python=python)
+    assert [o.status for o in outcomes] == ["failed", "failed"]
+    recs = records.load([tmp_path / "res"]).records
+    assert [r["status"] for r in recs] == ["failed", "failed"]
+    assert "launcher exited with code 3" in recs[0]["error"]
+    assert "out of cheese" in recs[0]["error"]  # the log's last lines travel with the record
+    assert "out of cheese" in out.getvalue()
+
+
+def test_hung_cell_times_out_and_its_tree_is_reaped(tmp_path: Path) -> None:
+    marker = "7777.125"
+    python = _fake_python(tmp_path, f"sleep {marker} & sleep {marker}; wait")
+    cell = plan(SweepConfig(engines=(Engine.DDP,), workers=(1,), models=("mlp",), repeats=1), TINY)[
+        0
+    ]
+    res = run_cell(
+        cell,
+        1,
+        tmp_path / "res",
+        tmp_path / "runs",
+        timeout=2.0,
+        env_key="e",
+        sweep_id="s",
+        python=python,
+    )
+    assert res.status == records.Status.TIMEOUT
+    assert res.seconds < 30
+    rec = records.load([tmp_path / "res"]).records[0]
+    assert rec["status"] == "timeout" and "time-out of 2s" in rec["error"]
+    leftovers = [
+        p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])
+    ]
+    assert leftovers == [], leftovers
+    assert os.path.isdir(res.log_dir)
