@@ -59,6 +59,13 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="allow more worker threads than cores",
     )
+    run.add_argument(
+        "--no-comm-cost",
+        dest="comm_cost",
+        action="store_false",
+        default=None,
+        help="skip the compute-only (grad_sync=false) twins of multi-worker cells",
+    )
     run.add_argument("--results", default="results", help="results directory (default: results/)")
     run.add_argument("--force", action="store_true", help="rerun cells already recorded")
     run.add_argument("--dry-run", action="store_true", help="print the launch commands and exit")
@@ -75,6 +82,12 @@ def _parser() -> argparse.ArgumentParser:
         help="result files or directories (default: results/)",
     )
     cmp_.add_argument("--format", choices=["text", "csv", "json"], default="text")
+    cmp_.add_argument(
+        "--target-accuracy",
+        type=float,
+        default=report.DEFAULT_TARGET,
+        help="accuracy for the time-to-target column (default: 0.95)",
+    )
     cmp_.add_argument(
         "--sources", action="store_true", help="list the record (file:line) behind every run"
     )
@@ -94,6 +107,7 @@ def _sweep_inputs(args: argparse.Namespace) -> tuple[SweepConfig, RunSpec]:
         "seed_mode",
         "timeout",
         "oversubscribe",
+        "comm_cost",
     ):
         value = getattr(args, key)
         if value is not None:
@@ -148,12 +162,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_compare(paths: Sequence[str], fmt: str, sources: bool) -> int:
+def _print_compare(
+    paths: Sequence[str], fmt: str, sources: bool, target: float = report.DEFAULT_TARGET
+) -> int:
     loaded = records.load(paths)
     for problem in loaded.problems:
         print(f"skipped: {problem}", file=sys.stderr)
-    tables = report.compare(loaded.records)
-    if not tables:
+    comps = report.compare(loaded.records, target)
+    if not comps:
         print(
             f"no readable records under {', '.join(paths)}; run `bench run` or a runner first",
             file=sys.stderr,
@@ -162,46 +178,45 @@ def _print_compare(paths: Sequence[str], fmt: str, sources: bool) -> int:
     if fmt == "json":
         out = [
             {
-                "title": t.title,
-                "group": t.group,
-                "rows": json.loads(t.frame.to_json(orient="records")),
-                "notes": t.notes,
+                "title": c.title,
+                "group": c.group,
+                "sections": {
+                    name: json.loads(df.to_json(orient="records"))
+                    for name, df in c.sections.items()
+                },
+                "notes": c.notes,
             }
-            for t in tables
+            for c in comps
         ]
         print(json.dumps(out, indent=1))
     elif fmt == "csv":
-        for t in tables:
-            frame = t.frame.assign(table=t.title)
-            print(frame.to_csv(index=False), end="")
+        for c in comps:
+            for name, df in c.sections.items():
+                print(df.assign(comparison=c.title, section=name).to_csv(index=False), end="")
     else:
-        for t in tables:
-            print(report.render_text(t))
+        for c in comps:
+            print(report.render_text(c))
             print()
     if sources:
+        cols = [
+            "group",
+            "engine",
+            "workers",
+            "seed",
+            "grad_sync",
+            "status",
+            "throughput",
+            "final_accuracy",
+            "source",
+        ]
         df = report.frame(loaded.records)
-        print(
-            df[
-                [
-                    "group",
-                    "engine",
-                    "workers",
-                    "seed",
-                    "status",
-                    "throughput",
-                    "final_accuracy",
-                    "source",
-                ]
-            ]
-            .sort_values(["group", "engine", "workers", "seed"])
-            .to_string(index=False)
-        )
+        print(df[cols].sort_values(cols[:5]).to_string(index=False))
     print(f"{len(loaded.records)} records read, {len(loaded.problems)} skipped", file=sys.stderr)
     return 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    return _print_compare(args.paths, args.format, args.sources)
+    return _print_compare(args.paths, args.format, args.sources, args.target_accuracy)
 
 
 def cmd_models(_: argparse.Namespace) -> int:

@@ -1,9 +1,11 @@
 """From records on disk to comparison tables (pandas).
 
-Records are grouped by their spec minus the seed: one table compares only runs
-that were asked to do the same thing. Within a table a row is (engine, workers);
-every number in it is computed from the records listed by `bench compare
---sources`, so each can be traced to a line of a results file.
+Records are grouped by their spec minus the seed: one comparison covers only
+runs that were asked to do the same thing. Compute-only twins (spec
+`grad_sync=false`) are not shown as tables of their own; they give the
+communication share of their synchronised group. Every number is computed from
+the records that `bench compare --sources` lists, so each can be traced to a
+line of a results file.
 """
 
 from __future__ import annotations
@@ -20,16 +22,26 @@ import pandas as pd
 from bench import env as benv
 from bench import records, stats
 
-# Spec fields that may differ between the runs of one table.
+# Spec fields that may differ between the runs of one comparison.
 VARYING = ("seed",)
+DEFAULT_TARGET = 0.95
+# Accuracy parity: an engine is flagged when its mean accuracy differs from the
+# other engines' by more than this many seed-to-seed standard deviations (and by
+# at least PARITY_FLOOR, so that near-identical runs with sd ~ 0 are not flagged).
+PARITY_SDS = 2.0
+PARITY_FLOOR = 0.005
 
 
 @dataclasses.dataclass
-class Table:
+class Comparison:
     title: str
     group: str
-    frame: pd.DataFrame
+    sections: dict[str, pd.DataFrame]
     notes: list[str]
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        return self.sections["throughput"]
 
 
 def _group_key(spec: dict[str, Any]) -> str:
@@ -50,13 +62,27 @@ def _title(spec: dict[str, Any]) -> str:
     )
 
 
-def frame(recs: Iterable[dict[str, Any]]) -> pd.DataFrame:
-    """One row per record with the columns the reports use."""
+def time_to_target(epochs: list[dict[str, Any]], target: float) -> float | None:
+    """Training seconds (slowest rank, evaluation excluded) until test accuracy >= target."""
+    elapsed = 0.0
+    for e in epochs:
+        elapsed += float(e.get("train_time_s") or 0.0)
+        if (e.get("test_accuracy") or 0.0) >= target:
+            return elapsed
+    return None
+
+
+def frame(recs: Iterable[dict[str, Any]], target: float = DEFAULT_TARGET) -> pd.DataFrame:
+    """One row per training record with the columns the reports use."""
     rows = []
     for r in recs:
+        if r.get("kind", "train") != "train":
+            continue
         spec = r.get("spec") or {}
         fps = r.get("fingerprints") or {}
         env = r.get("env") or {}
+        res = r.get("resources") or {}
+        twin = {**spec, "grad_sync": False}
         rows.append(
             {
                 "run_id": r.get("run_id"),
@@ -67,10 +93,17 @@ def frame(recs: Iterable[dict[str, Any]]) -> pd.DataFrame:
                 "model": spec.get("model"),
                 "dataset": spec.get("dataset"),
                 "seed": spec.get("seed"),
+                "grad_sync": spec.get("grad_sync", True),
                 "group": _group_key(spec),
+                "twin_group": _group_key(twin),
                 "title": _title(spec),
                 "throughput": r.get("throughput"),
+                "rank_throughput": r.get("per_rank_throughput") or [],
+                "step_times": [t for rank in r.get("step_times_s") or [] for t in rank],
                 "final_accuracy": r.get("final_accuracy"),
+                "time_to_target": time_to_target(r.get("epochs") or [], target),
+                "peak_rss_mb": max(res.get("peak_rss_mb") or [np.nan]),
+                "cpu_util": float(np.mean(res.get("cpu_utilisation") or [np.nan])),
                 "init_fp": fps.get("init_weights"),
                 "data_fp": fps.get("data_order"),
                 "machine": benv.machine_key(env),
@@ -82,99 +115,246 @@ def frame(recs: Iterable[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _agreement(ok: pd.DataFrame, column: str, what: str, per_workers: bool) -> str | None:
-    """A note when engines disagree on a fingerprint that the contract says must match."""
-    keys = ["workers"] if per_workers else []
-    groups = ok.groupby([*keys, "seed"])
-    for _, g in groups:
-        values = set(g[column].dropna())
-        if len(values) > 1:
-            detail = ", ".join(f"{e}={fp}" for e, fp in g.groupby("engine")[column].first().items())
-            return f"WARNING: {what} differ between engines ({detail}): the runs are not comparable"
-    return None
+def _interval(est: stats.Estimate, spec: str) -> str:
+    return "-" if est.low is None or est.high is None else f"[{est.low:{spec}}, {est.high:{spec}}]"
 
 
-def compare(recs: list[dict[str, Any]]) -> list[Table]:
-    """Comparison tables, one per distinct spec (seed aside), sorted by title."""
-    df = frame(recs)
-    if df.empty:
-        return []
-    tables = []
-    for group, gdf in df.groupby("group", sort=False):
-        ok = gdf[gdf["status"] == records.Status.OK]
-        notes = []
-        base = {
-            eng: ok[(ok["engine"] == eng) & (ok["workers"] == 1)]["throughput"].tolist()
-            for eng in gdf["engine"].unique()
+def _ok(df: pd.DataFrame) -> pd.DataFrame:
+    return df[df["status"] == records.Status.OK]
+
+
+def _throughput_rows(gdf: pd.DataFrame, twins: pd.DataFrame) -> pd.DataFrame:
+    ok = _ok(gdf)
+    rows = []
+    for (engine, workers), cell in gdf.groupby(["engine", "workers"]):
+        good = _ok(cell)
+        row: dict[str, Any] = {
+            "engine": engine,
+            "workers": int(workers),
+            "runs": len(good),
+            "failed": len(cell) - len(good),
+            "samples/s": np.nan,
+            "95% CI": "-",
+            "efficiency": np.nan,
+            "eff. 95% CI": "-",
+            "comm %": "-",
         }
-        rows = []
-        for (engine, workers), cell in gdf.groupby(["engine", "workers"]):
-            good = cell[cell["status"] == records.Status.OK]
-            row: dict[str, Any] = {
+        if len(good):
+            tp = good["throughput"].tolist()
+            est = stats.bootstrap(tp)
+            row["samples/s"], row["95% CI"] = est.value, _interval(est, ",.0f")
+            base = ok[(ok["engine"] == engine) & (ok["workers"] == 1)]["throughput"].tolist()
+            if base:
+                eff = stats.bootstrap_ratio(tp, base, float(workers))
+                row["efficiency"], row["eff. 95% CI"] = eff.value, _interval(eff, ".2f")
+            nosync = _ok(twins[(twins["engine"] == engine) & (twins["workers"] == workers)])
+            if workers > 1 and len(nosync):
+                # share of the compute-only throughput lost to unhidden communication
+                ratio = stats.bootstrap_ratio(tp, nosync["throughput"].tolist())
+                share = f"{1 - ratio.value:.0%}"
+                if ratio.low is not None and ratio.high is not None:
+                    share += f" [{1 - ratio.high:.0%}, {1 - ratio.low:.0%}]"
+                row["comm %"] = share
+        rows.append(row)
+    return pd.DataFrame(rows).sort_values(["workers", "engine"]).reset_index(drop=True)
+
+
+def _rank_rows(gdf: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for (engine, workers), cell in _ok(gdf).groupby(["engine", "workers"]):
+        per_rank = (
+            np.array([min(r) for r in cell["rank_throughput"] if r]),
+            np.array([max(r) for r in cell["rank_throughput"] if r]),
+        )
+        steps = np.concatenate(
+            [np.asarray(s, dtype=float) for s in cell["step_times"]] or [np.array([])]
+        )
+        medians = [float(np.median(r)) for r in cell["rank_throughput"] if r]
+        rows.append(
+            {
                 "engine": engine,
                 "workers": int(workers),
-                "runs": len(good),
-                "failed": len(cell) - len(good),
+                "rank min/s": float(np.median(per_rank[0])) if per_rank[0].size else np.nan,
+                "rank median/s": float(np.median(medians)) if medians else np.nan,
+                "rank max/s": float(np.median(per_rank[1])) if per_rank[1].size else np.nan,
+                "step p50 ms": float(np.percentile(steps, 50) * 1e3) if steps.size else np.nan,
+                "step p95 ms": float(np.percentile(steps, 95) * 1e3) if steps.size else np.nan,
+                "peak RSS MB": float(cell["peak_rss_mb"].max()),
+                "CPU util": float(cell["cpu_util"].mean()),
             }
-            if len(good):
-                tp = stats.bootstrap(good["throughput"].tolist())
-                row["samples/s"] = tp.value
-                row["95% CI"] = "-" if tp.low is None else f"[{tp.low:,.0f}, {tp.high:,.0f}]"
-                if base.get(engine):
-                    eff = stats.bootstrap_ratio(
-                        good["throughput"].tolist(), base[engine], float(workers)
-                    )
-                    row["efficiency"] = eff.value
-                    row["eff. 95% CI"] = (
-                        "-" if eff.low is None else f"[{eff.low:.2f}, {eff.high:.2f}]"
-                    )
-                acc = good["final_accuracy"].astype(float)
-                row["accuracy"] = float(acc.mean())
-                row["acc. sd"] = float(acc.std(ddof=1)) if len(acc) > 1 else np.nan
-            rows.append(row)
-        table = pd.DataFrame(rows).sort_values(["workers", "engine"]).reset_index(drop=True)
-        for col in ("samples/s", "95% CI", "efficiency", "eff. 95% CI", "accuracy", "acc. sd"):
-            if col not in table:
-                table[col] = np.nan
-        if not ok.empty:
-            for note in (
-                _agreement(ok, "init_fp", "initial-weight fingerprints", per_workers=False),
-                _agreement(ok, "data_fp", "data-order fingerprints", per_workers=True),
-            ):
-                if note:
-                    notes.append(note)
-            if ok["init_fp"].nunique() == 1:
-                notes.append(
-                    f"initial weights identical across engines (fingerprint {ok['init_fp'].iloc[0]})"
-                )
-            if ok["machine"].nunique() > 1:
-                notes.append(
-                    "WARNING: records from different machines: "
-                    + "; ".join(sorted(ok["machine"].unique()))
-                )
-            if ok["libraries"].nunique() > 1:
-                notes.append(
-                    "WARNING: records from different library versions: "
-                    + " | ".join(sorted(ok["libraries"].unique()))
-                )
-            knobs = ok.groupby("engine")["knobs"].first()
-            notes.append("engine knobs: " + "; ".join(f"{e} {k}" for e, k in knobs.items()))
-        for _, bad in gdf[gdf["status"] != records.Status.OK].iterrows():
-            first = (bad["error"] or "").strip().splitlines()[:1]
-            notes.append(
-                f"{bad['status']}: {bad['engine']} np={bad['workers']} ({bad['source']}): {first[0] if first else 'no error text'}"
+        )
+    return (
+        pd.DataFrame(rows).sort_values(["workers", "engine"]).reset_index(drop=True)
+        if rows
+        else pd.DataFrame()
+    )
+
+
+def _accuracy_rows(gdf: pd.DataFrame, target: float) -> pd.DataFrame:
+    ok = _ok(gdf)
+    rows = []
+    for (engine, workers), cell in ok.groupby(["engine", "workers"]):
+        acc = cell["final_accuracy"].astype(float)
+        same_w = ok[ok["workers"] == workers]
+        others = same_w[same_w["engine"] != engine]["final_accuracy"].astype(float)
+        # seed-to-seed variation: spread within each engine, pooled
+        within = [
+            g["final_accuracy"].astype(float).std(ddof=1)
+            for _, g in same_w.groupby("engine")
+            if len(g) > 1
+        ]
+        sd = float(np.sqrt(np.mean(np.square(within)))) if within else np.nan
+        if others.empty:
+            parity = "-"
+        elif np.isnan(sd):
+            parity = "n/a (1 run)"
+        else:
+            gap = float(acc.mean() - others.mean())
+            parity = f"{gap:+.2%}" + (
+                " FLAG" if abs(gap) > max(PARITY_SDS * sd, PARITY_FLOOR) else " ok"
             )
-        tables.append(Table(str(gdf["title"].iloc[0]), str(group), table, notes))
-    return sorted(tables, key=lambda t: t.title)
+        ttt = cell["time_to_target"].dropna()
+        rows.append(
+            {
+                "engine": engine,
+                "workers": int(workers),
+                "runs": len(cell),
+                "accuracy": float(acc.mean()),
+                "acc. sd": float(acc.std(ddof=1)) if len(acc) > 1 else np.nan,
+                f"time to {target:.0%} s": float(ttt.median()) if len(ttt) else np.nan,
+                "reached": f"{len(ttt)}/{len(cell)}",
+                "parity vs others": parity,
+            }
+        )
+    return (
+        pd.DataFrame(rows).sort_values(["workers", "engine"]).reset_index(drop=True)
+        if rows
+        else pd.DataFrame()
+    )
 
 
-def render_text(table: Table) -> str:
-    shown = table.frame.copy()
-    shown["samples/s"] = shown["samples/s"].map(lambda v: "-" if pd.isna(v) else f"{v:,.0f}")
-    shown["efficiency"] = shown["efficiency"].map(lambda v: "-" if pd.isna(v) else f"{v:.2f}")
-    shown["accuracy"] = shown["accuracy"].map(lambda v: "-" if pd.isna(v) else f"{v:.2%}")
-    shown["acc. sd"] = shown["acc. sd"].map(lambda v: "-" if pd.isna(v) else f"{v:.2%}")
-    shown = shown.fillna("-")
-    lines = [table.title, f"(table {table.group})", shown.to_string(index=False)]
-    lines += [f"  {n}" for n in table.notes]
+def _head_to_head_rows(gdf: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for workers, same_w in _ok(gdf).groupby("workers"):
+        by_engine = {e: g["throughput"].tolist() for e, g in same_w.groupby("engine")}
+        best = max(by_engine, key=lambda e: float(np.median(by_engine[e])))
+        for engine, tp in sorted(by_engine.items()):
+            est = stats.bootstrap_ratio(tp, by_engine[best])
+            if engine == best:
+                verdict = "fastest"
+            elif est.high is None:
+                verdict = "n/a (1 run)"
+            else:
+                verdict = "slower (significant)" if est.high < 1.0 else "not significant"
+            rows.append(
+                {
+                    "workers": int(workers),
+                    "engine": engine,
+                    "vs fastest": est.value,
+                    "95% CI": _interval(est, ".2f"),
+                    "verdict": verdict,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def _notes(gdf: pd.DataFrame) -> list[str]:
+    notes = []
+    ok = _ok(gdf)
+    if not ok.empty:
+        for column, what, per_workers in (
+            ("init_fp", "initial-weight fingerprints", False),
+            ("data_fp", "data-order fingerprints", True),
+        ):
+            keys = ["workers", "seed"] if per_workers else ["seed"]
+            for _, g in ok.groupby(keys):
+                if g[column].nunique() > 1:
+                    detail = ", ".join(
+                        f"{e}={fp}" for e, fp in g.groupby("engine")[column].first().items()
+                    )
+                    notes.append(
+                        f"WARNING: {what} differ between engines ({detail}): not comparable"
+                    )
+                    break
+        if ok["init_fp"].nunique() == 1:
+            notes.append(
+                f"initial weights identical across engines (fingerprint {ok['init_fp'].iloc[0]})"
+            )
+        if ok["machine"].nunique() > 1:
+            notes.append(
+                "WARNING: records from different machines: "
+                + "; ".join(sorted(ok["machine"].unique()))
+            )
+        if ok["libraries"].nunique() > 1:
+            notes.append(
+                "WARNING: records from different library versions: "
+                + " | ".join(sorted(ok["libraries"].unique()))
+            )
+        for engine, knobs in ok.groupby("engine")["knobs"]:
+            notes.append(f"knobs {engine}: " + " | ".join(sorted(knobs.unique())))
+    for _, bad in gdf[gdf["status"] != records.Status.OK].iterrows():
+        first = (bad["error"] or "").strip().splitlines()[:1]
+        notes.append(
+            f"{bad['status']}: {bad['engine']} np={bad['workers']} ({bad['source']}): "
+            f"{first[0] if first else 'no error text'}"
+        )
+    return notes
+
+
+def compare(recs: list[dict[str, Any]], target: float = DEFAULT_TARGET) -> list[Comparison]:
+    """One comparison per distinct synchronised spec (seed aside), sorted by title."""
+    df = frame(recs, target)
+    if df.empty:
+        return []
+    out = []
+    synced = df[df["grad_sync"].astype(bool)]
+    twins_all = df[~df["grad_sync"].astype(bool)]
+    for group, gdf in synced.groupby("group", sort=False):
+        twins = twins_all[twins_all["group"] == gdf["twin_group"].iloc[0]]
+        sections = {
+            "throughput": _throughput_rows(gdf, twins),
+            "per rank": _rank_rows(gdf),
+            "accuracy": _accuracy_rows(gdf, target),
+            "head to head": _head_to_head_rows(gdf),
+        }
+        notes = _notes(gdf)
+        if len(twins):
+            notes.append(f"comm %: from {len(twins)} compute-only twin run(s) (grad_sync=false)")
+        out.append(Comparison(str(gdf["title"].iloc[0]), str(group), sections, notes))
+    return sorted(out, key=lambda c: c.title)
+
+
+_FORMATS = {
+    "samples/s": "{:,.0f}",
+    "efficiency": "{:.2f}",
+    "accuracy": "{:.2%}",
+    "acc. sd": "{:.2%}",
+    "rank min/s": "{:,.0f}",
+    "rank median/s": "{:,.0f}",
+    "rank max/s": "{:,.0f}",
+    "step p50 ms": "{:.2f}",
+    "step p95 ms": "{:.2f}",
+    "peak RSS MB": "{:,.0f}",
+    "CPU util": "{:.2f}",
+    "vs fastest": "{:.2f}",
+}
+
+
+def formatted(df: pd.DataFrame) -> pd.DataFrame:
+    """Numbers as display strings; missing values as '-'."""
+    shown = df.copy()
+    for col in shown.columns:
+        fmt = _FORMATS.get(col) or ("{:.2f}" if col.startswith("time to") else None)
+        if fmt:
+            shown[col] = shown[col].map(lambda v, f=fmt: "-" if pd.isna(v) else f.format(v))
+    return shown.fillna("-")
+
+
+def render_text(comp: Comparison) -> str:
+    lines = [comp.title, f"(comparison {comp.group})"]
+    for name, section in comp.sections.items():
+        if section.empty:
+            continue
+        lines += ["", f"  {name}:", formatted(section).to_string(index=False)]
+    lines += [""] + [f"  {n}" for n in comp.notes]
     return "\n".join(lines)

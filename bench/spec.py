@@ -93,6 +93,10 @@ class RunSpec:
     precision: Precision = Precision.FP32
     device: Device = Device.CPU
     bucket_mb: float = 25.0  # DDP bucket / Horovod fusion threshold / Paddle comm buffer
+    # False runs every engine without its gradient averaging (each rank steps its own
+    # replica): the compute-only twin from which `bench compare` derives the share
+    # of a step spent in communication that computation does not hide.
+    grad_sync: bool = True
     test_fraction: float = 0.2
     synthetic_samples: int = 2048
 
@@ -220,6 +224,10 @@ def _coerce(name: str, hint: Any, value: Any) -> Any:
         except ValueError:
             choices = ", ".join(m.value for m in hint)
             raise SpecError(f"{name}={value!r} is not one of: {choices}") from None
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise SpecError(f"{name} must be true or false, got {value!r}")
+        return value
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if hint is int and (isinstance(value, bool) or not isinstance(value, int)):
@@ -242,6 +250,7 @@ _FLAG_HELP = {
     "lr_base_batch": "global batch at which --lr applies (default: 1-worker batch)",
     "bucket_mb": "gradient bucket / fusion buffer size in MB, applied to every engine",
     "threads": "intra-op threads per worker (OMP/MKL and the framework's own)",
+    "grad_sync": "false: skip gradient averaging (compute-only twin for communication cost)",
 }
 
 
@@ -265,9 +274,21 @@ def add_spec_flags(parser: argparse.ArgumentParser, defaults: RunSpec | None = N
         kwargs["help"] = (kwargs["help"] + f" (default: {shown})").strip()
         if isinstance(kind, type) and issubclass(kind, enum.Enum):
             kwargs["choices"] = [m.value for m in kind]
+        elif kind is bool:
+            kwargs["type"] = _parse_bool
+            kwargs["metavar"] = "true|false"
         elif kind in (int, float):
             kwargs["type"] = kind
         group.add_argument(flag, **kwargs)
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
 def spec_from_args(args: argparse.Namespace, base: RunSpec | None = None) -> RunSpec:

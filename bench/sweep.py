@@ -51,6 +51,9 @@ class SweepConfig:
     seed_mode: str = "vary"  # vary: seed + repeat per repeat; fixed: one seed, timing noise only
     timeout: float = 600.0  # seconds per cell
     oversubscribe: bool = False
+    # Also run each multi-worker cell with grad_sync=false (compute-only twin), from
+    # which compare derives the share of a step lost to unhidden communication.
+    comm_cost: bool = True
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SweepConfig:
@@ -128,6 +131,7 @@ class Cell:
         return (
             f"{self.engine.value} np={self.workers} {self.spec.model}/{self.spec.dataset} "
             f"repeat {self.repeat} (seed {self.spec.seed})"
+            + ("" if self.spec.grad_sync else " no-sync")
         )
 
     def key(self, env_key: str) -> str:
@@ -151,7 +155,8 @@ def spec_flags(spec: RunSpec) -> list[str]:
     argv = []
     for name, value in spec.to_dict().items():
         if value is not None:
-            argv += ["--" + name.replace("_", "-"), str(value)]
+            text = str(value).lower() if isinstance(value, bool) else str(value)
+            argv += ["--" + name.replace("_", "-"), text]
     return argv
 
 
@@ -167,6 +172,9 @@ def plan(config: SweepConfig, base: RunSpec) -> list[Cell]:
                 for workers in config.workers:
                     for engine in config.engines:
                         cells.append(Cell(engine, workers, spec, repeat, config.seed_mode))
+                        if config.comm_cost and workers > 1:
+                            twin = spec.replace(grad_sync=False)
+                            cells.append(Cell(engine, workers, twin, repeat, config.seed_mode))
     return cells
 
 

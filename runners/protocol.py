@@ -20,6 +20,7 @@ import argparse
 import hashlib
 import importlib
 import os
+import resource
 import socket
 import sys
 import time
@@ -98,6 +99,11 @@ def _gather_str(adapter: EngineAdapter, text: str, width: int = 128) -> list[str
     return [bytes(r.astype(np.uint8)).rstrip(b"\0").decode(errors="replace") for r in rows]
 
 
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def _launcher() -> dict[str, Any]:
     """Which launcher started this process, and its command line when visible."""
     env = os.environ
@@ -145,6 +151,7 @@ def train(
     step_losses: list[float] = []
     step = 0
     wall0 = time.perf_counter()
+    cpu0 = time.process_time()  # all threads of this process: compute, gloo, horovod's
     tag = f"[{adapter.engine.value} np={world}]"
     for epoch in range(spec.epochs):
         order = bdata.epoch_order(spec.seed, epoch, len(dataset.train_y))
@@ -195,6 +202,11 @@ def train(
         if step >= total:
             break
 
+    busy = (time.process_time() - cpu0) / max(time.perf_counter() - wall0, 1e-9)
+    gpu_mb = adapter.peak_device_memory_mb()
+    usage = adapter.allgather(
+        np.asarray([peak_rss_mb(), busy, np.nan if gpu_mb is None else gpu_mb], dtype=np.float64)
+    )
     step_times = adapter.allgather(np.asarray(timed, dtype=np.float64))  # [world, n_timed]
     per_rank_total = step_times.sum(axis=1)
     n_timed = step_times.shape[1]
@@ -231,6 +243,11 @@ def train(
                 # hash of every rank's consumed indices, in rank order
                 "data_order": hashlib.sha256("".join(order_fps).encode()).hexdigest()[:16],
                 "data_order_per_rank": order_fps,
+            },
+            "resources": {
+                "peak_rss_mb": usage[:, 0].tolist(),
+                "cpu_utilisation": usage[:, 1].tolist(),  # CPU-seconds per second, per rank
+                "peak_gpu_mb": None if gpu_mb is None else usage[:, 2].tolist(),
             },
             "step_times_s": step_times.tolist(),
             "throughput": per * world * n_timed / float(per_rank_total.max()),

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from bench import records, report
@@ -14,33 +15,64 @@ from bench import records, report
 GOLDEN = Path(__file__).parent / "data" / "golden.jsonl"
 
 
-def _table() -> report.Table:
+def _comparison() -> report.Comparison:
     loaded = records.load([GOLDEN])
-    tables = report.compare(loaded.records)
-    assert len(tables) == 1  # seeds differ, the spec does not: one table
-    return tables[0]
+    comps = report.compare(loaded.records)
+    assert len(comps) == 1  # seeds differ, the spec does not; no-sync twins are not a table
+    return comps[0]
 
 
-def test_golden_table_numbers() -> None:
-    t = _table().frame.set_index(["engine", "workers"])
+def _section(name: str) -> pd.DataFrame:
+    return _comparison().sections[name].set_index(["engine", "workers"])
+
+
+def test_throughput_efficiency_and_comm_share() -> None:
+    t = _section("throughput")
     assert t.loc[("ddp", 1), "runs"] == 3
     assert t.loc[("ddp", 1), "samples/s"] == 100
     assert t.loc[("ddp", 2), "samples/s"] == 150
     assert t.loc[("ddp", 2), "efficiency"] == pytest.approx(0.75)  # 150 / (2 x 100)
     assert t.loc[("horovod", 2), "efficiency"] == pytest.approx(0.75)  # 120 / (2 x 80)
-    assert t.loc[("horovod", 2), "95% CI"] == "-"  # one run: no interval is claimed
-    assert t.loc[("ddp", 2), "accuracy"] == pytest.approx(0.96)
+    assert t.loc[("ddp", 2), "95% CI"] == "[140, 160]"
+    # compute-only twin runs at 200 samples/s: 1 - 150/200 of the step is exposed communication
+    assert t.loc[("ddp", 2), "comm %"].startswith("25% [")
+    assert t.loc[("horovod", 2), "comm %"] == "-"  # no twin recorded
     assert t.loc[("paddle", 2), "runs"] == 0 and t.loc[("paddle", 2), "failed"] == 1
 
 
-def test_notes_name_failures_and_fingerprint_disagreement() -> None:
-    notes = "\n".join(_table().notes)
-    assert "timeout: paddle np=2" in notes and "golden.jsonl:9" in notes
+def test_per_rank_spread_and_step_percentiles() -> None:
+    r = _section("per rank")
+    assert r.loc[("ddp", 2), "rank min/s"] == pytest.approx(150 / 2 * 0.9)
+    assert r.loc[("ddp", 2), "rank max/s"] == pytest.approx(150 / 2 * 1.1)
+    assert r.loc[("ddp", 2), "step p50 ms"] == pytest.approx(20.0)
+    assert r.loc[("ddp", 2), "step p95 ms"] == pytest.approx(30.0)
+    assert r.loc[("ddp", 2), "peak RSS MB"] == 400
+
+
+def test_accuracy_time_to_target_and_parity() -> None:
+    a = _section("accuracy")
+    assert a.loc[("ddp", 2), "accuracy"] == pytest.approx(0.96)
+    assert a.loc[("ddp", 2), "time to 95% s"] == pytest.approx(2.0)
+    assert a.loc[("horovod", 2), "reached"] == "0/3"  # 90% never reaches the 95% target
+    assert a.loc[("horovod", 2), "parity vs others"].endswith("FLAG")
+    assert a.loc[("horovod", 1), "parity vs others"].endswith("ok")
+
+
+def test_head_to_head_significance() -> None:
+    h = _comparison().sections["head to head"].set_index(["workers", "engine"])
+    assert h.loc[(2, "ddp"), "verdict"] == "fastest"
+    assert h.loc[(2, "horovod"), "vs fastest"] == pytest.approx(0.8)
+    assert h.loc[(2, "horovod"), "verdict"] == "slower (significant)"
+
+
+def test_notes_name_failures() -> None:
+    notes = "\n".join(_comparison().notes)
+    assert "timeout: paddle np=2" in notes and "golden.jsonl:16" in notes
 
 
 def test_fingerprint_mismatch_is_flagged() -> None:
     loaded = records.load([GOLDEN]).records
-    loaded[6]["fingerprints"]["init_weights"] = "different"  # horovod np=1, seed 0
+    loaded[2]["fingerprints"]["init_weights"] = "different"  # horovod np=1, seed 0
     notes = "\n".join(report.compare(loaded)[0].notes)
     assert "WARNING: initial-weight fingerprints differ between engines" in notes
 
@@ -53,9 +85,9 @@ def test_cli_reports_bad_lines_and_still_compares() -> None:
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "skipped: " in proc.stderr and "golden.jsonl:10: not valid JSON" in proc.stderr
+    assert "skipped: " in proc.stderr and "golden.jsonl:17: not valid JSON" in proc.stderr
     assert "mlp on digits" in proc.stdout and "0.75" in proc.stdout
-    assert "10 records read" not in proc.stderr and "9 records read, 1 skipped" in proc.stderr
+    assert "16 records read, 1 skipped" in proc.stderr
 
 
 def test_cli_json_and_sources() -> None:
@@ -65,7 +97,7 @@ def test_cli_json_and_sources() -> None:
         text=True,
         timeout=120,
     )
-    rows = json.loads(proc.stdout)[0]["rows"]
+    rows = json.loads(proc.stdout)[0]["sections"]["throughput"]
     assert {(r["engine"], r["workers"]) for r in rows} == {
         ("ddp", 1),
         ("ddp", 2),

@@ -20,7 +20,11 @@ TINY = RunSpec(model="mlp", max_steps=12, warmup_steps=2, epochs=1)
 
 def test_plan_is_repeat_major_with_seeds() -> None:
     cfg = SweepConfig(
-        engines=(Engine.DDP, Engine.PADDLE), workers=(1, 2), models=("mlp", "lenet"), repeats=2
+        engines=(Engine.DDP, Engine.PADDLE),
+        workers=(1, 2),
+        models=("mlp", "lenet"),
+        repeats=2,
+        comm_cost=False,
     )
     cells = plan(cfg, RunSpec(seed=10))
     assert len(cells) == 2 * 2 * 2 * 2
@@ -28,8 +32,12 @@ def test_plan_is_repeat_major_with_seeds() -> None:
     assert {c.spec.seed for c in cells if c.repeat == 1} == {11}
     fixed = plan(SweepConfig(repeats=2, seed_mode="fixed"), RunSpec(seed=10))
     assert {c.spec.seed for c in fixed} == {10}
-    # the default sweep of the README: 3 engines x {1,2} x {mlp, lenet} x 3 repeats
-    assert len(plan(SweepConfig(), RunSpec())) == 36
+    # the default sweep of the README: 3 engines x {1,2} x {mlp, lenet} x 3 repeats,
+    # plus a compute-only twin of every 2-worker cell
+    default = plan(SweepConfig(), RunSpec())
+    assert len(default) == 36 + 18
+    twins = [c for c in default if not c.spec.grad_sync]
+    assert len(twins) == 18 and all(c.workers == 2 for c in twins)
 
 
 def test_spec_flags_reproduce_the_spec_in_the_runner() -> None:
@@ -39,10 +47,10 @@ def test_spec_flags_reproduce_the_spec_in_the_runner() -> None:
 
 
 def test_cell_keys_differ_by_what_matters() -> None:
-    a, b = plan(
+    a, b, twin = plan(
         SweepConfig(engines=(Engine.DDP,), workers=(1, 2), models=("mlp",), repeats=1), TINY
     )
-    assert a.key("env") != b.key("env")
+    assert len({a.key("env"), b.key("env"), twin.key("env")}) == 3
     assert a.key("env") != a.key("other-machine")
     assert a.key("env") == plan(
         SweepConfig(engines=(Engine.DDP,), workers=(1,), models=("mlp",), repeats=1), TINY
@@ -56,19 +64,27 @@ def test_real_sweep_records_every_cell_and_resumes(tmp_path: Path) -> None:
     )
     out = io.StringIO()
     first = run_sweep(cfg, TINY, tmp_path, out=out)
-    assert [r.status for r in first] == ["ok"] * 4, out.getvalue()
+    assert [r.status for r in first] == ["ok"] * 6, out.getvalue()
     recs = records.load([tmp_path]).records
-    assert sorted((r["engine"], r["world_size"]) for r in recs) == [
-        ("ddp", 1),
-        ("ddp", 2),
-        ("horovod", 1),
-        ("horovod", 2),
+    assert sorted((r["engine"], r["world_size"], r["spec"]["grad_sync"]) for r in recs) == [
+        ("ddp", 1, True),
+        ("ddp", 2, False),
+        ("ddp", 2, True),
+        ("horovod", 1, True),
+        ("horovod", 2, False),
+        ("horovod", 2, True),
+    ]
+    # the compute-only twin really skipped gradient averaging: replicas diverge
+    twin = next(r for r in recs if not r["spec"]["grad_sync"] and r["engine"] == "ddp")
+    assert not twin["fingerprints"]["final_weights_ranks_agree"]
+    assert next(r for r in recs if r["spec"]["grad_sync"] and r["world_size"] == 2)["fingerprints"][
+        "final_weights_ranks_agree"
     ]
     # per-rank logs kept next to the records
     assert all(Path(r["labels"]["log_dir"]).is_dir() for r in recs)
     again = run_sweep(cfg, TINY, tmp_path, out=out)
     assert again == []
-    assert "4 cells (4 already recorded, skipped)" in out.getvalue()
+    assert "6 cells (6 already recorded, skipped)" in out.getvalue()
 
 
 def _fake_python(tmp_path: Path, body: str) -> str:

@@ -87,5 +87,9 @@ class EngineAdapter(abc.ABC):
     def threads(self) -> dict[str, Any]:
         """Threads as the framework reports them after setup."""
 
+    def peak_device_memory_mb(self) -> float | None:
+        """Peak accelerator memory allocated by this rank; None on CPU."""
+        return None
+
     def shutdown(self) -> None:  # noqa: B027 (optional hook)
         """Leave the process group cleanly."""

@@ -80,7 +80,7 @@ class PaddleAdapter(EngineAdapter):
         # size 1 paddle's wrapper is a pass-through.
         self.model = (
             paddle.DataParallel(self.layer, comm_buffer_size=int(s.bucket_mb))
-            if self._parallel
+            if self._parallel and s.grad_sync
             else self.layer
         )
         params = self.model.parameters()
@@ -157,6 +157,11 @@ class PaddleAdapter(EngineAdapter):
         if self.spec.device is Device.CUDA:
             paddle.device.cuda.synchronize()
 
+    def peak_device_memory_mb(self) -> float | None:
+        if self.spec.device is Device.CUDA:
+            return float(paddle.device.cuda.max_memory_allocated()) / 2**20
+        return None
+
     def versions(self) -> dict[str, Any]:
         return {
             "paddle": paddle.__version__,
@@ -169,7 +174,8 @@ class PaddleAdapter(EngineAdapter):
         return {
             "comm_buffer_size_mb": self.spec.bucket_mb,
             "last_comm_buffer_size_mb": 1,
-            "data_parallel_wrapper": self._parallel,
+            "data_parallel_wrapper": self._parallel and self.spec.grad_sync,
+            "grad_sync": self.spec.grad_sync,
             "gradient_compression": "none",
         }
 

@@ -105,6 +105,11 @@ class TorchAdapter(EngineAdapter):
         if self.spec.device is Device.CUDA:
             torch.cuda.synchronize(self.device)
 
+    def peak_device_memory_mb(self) -> float | None:
+        if self.spec.device is Device.CUDA:
+            return float(torch.cuda.max_memory_allocated(self.device)) / 2**20
+        return None
+
     def _tensor(self, arr: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(arr)).to(self.device)
 
@@ -155,7 +160,11 @@ class DDPAdapter(TorchAdapter):
         ids = [self.local_rank] if self.spec.device is Device.CUDA else None
         # DDP broadcasts rank 0's parameters and buffers in its constructor, and by
         # default re-broadcasts buffers every forward (recorded in knobs()).
-        self.model = DDP(self.module, device_ids=ids, bucket_cap_mb=self.spec.bucket_mb)
+        self.model = (
+            DDP(self.module, device_ids=ids, bucket_cap_mb=self.spec.bucket_mb)
+            if self.spec.grad_sync
+            else self.module
+        )
         self.optimizer = self._make_optimizer(self.model.parameters())
 
     def allreduce_sum(self, arr: np.ndarray) -> np.ndarray:
@@ -194,6 +203,7 @@ class DDPAdapter(TorchAdapter):
             "gradient_as_bucket_view": False,
             "find_unused_parameters": False,
             "gradient_compression": "none",
+            "grad_sync": self.spec.grad_sync,
         }
 
     def shutdown(self) -> None:
@@ -234,6 +244,9 @@ class HorovodAdapter(TorchAdapter):
         # The canonical Horovod recipe: broadcast rank 0's state, then wrap the optimizer.
         hvd.broadcast_parameters(self.module.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        if not self.spec.grad_sync:
+            self.optimizer = optimizer
+            return
         self.optimizer = hvd.DistributedOptimizer(
             optimizer,
             named_parameters=self.module.named_parameters(),
@@ -273,6 +286,7 @@ class HorovodAdapter(TorchAdapter):
             "cycle_time_ms": os.environ.get("HOROVOD_CYCLE_TIME", "default"),
             "gradient_compression": "none",
             "op": "average",
+            "grad_sync": self.spec.grad_sync,
         }
 
     def shutdown(self) -> None:
