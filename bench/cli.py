@@ -92,6 +92,18 @@ def _parser() -> argparse.ArgumentParser:
         "--sources", action="store_true", help="list the record (file:line) behind every run"
     )
 
+    coll = sub.add_parser("collectives", help="allreduce latency and bandwidth of each engine")
+    coll.add_argument("--engines", type=_csv(str), help="comma list (default: all)")
+    coll.add_argument("--workers", type=_csv(int), default=(2,), help="comma list (default: 2)")
+    coll.add_argument(
+        "--sizes", help="message sizes in bytes, comma list (default: 4 KiB .. 64 MiB)"
+    )
+    coll.add_argument("--iters", type=int, default=20, help="timed iterations per size")
+    coll.add_argument("--threads", type=int, default=1)
+    coll.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    coll.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per cell")
+    coll.add_argument("--results", default="results")
+
     sub.add_parser("models", help="list the reference models")
     return parser
 
@@ -169,7 +181,10 @@ def _print_compare(
     for problem in loaded.problems:
         print(f"skipped: {problem}", file=sys.stderr)
     comps = report.compare(loaded.records, target)
-    if not comps:
+    from bench import collectives
+
+    coll = collectives.tables(loaded.records)
+    if not comps and not coll:
         print(
             f"no readable records under {', '.join(paths)}; run `bench run` or a runner first",
             file=sys.stderr,
@@ -197,6 +212,9 @@ def _print_compare(
         for c in comps:
             print(report.render_text(c))
             print()
+        if coll:
+            print(collectives.render_text(coll))
+            print()
     if sources:
         cols = [
             "group",
@@ -219,6 +237,34 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return _print_compare(args.paths, args.format, args.sources, args.target_accuracy)
 
 
+def cmd_collectives(args: argparse.Namespace) -> int:
+    from bench import collectives
+    from bench.spec import Engine
+
+    try:
+        engines = [Engine(e) for e in (args.engines or [e.value for e in Engine])]
+    except ValueError as exc:
+        print(f"error: {exc}; engines are: {', '.join(e.value for e in Engine)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if not args.workers or min(args.workers) < 1 or args.iters < 1:
+        print("error: --workers must be >= 1 and --iters >= 1", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    extra = ["--iters", str(args.iters), "--threads", str(args.threads), "--device", args.device]
+    if args.sizes:
+        extra += ["--sizes", args.sizes]
+    try:
+        statuses = collectives.run(
+            engines, args.workers, Path(args.results), timeout=args.timeout, extra=extra
+        )
+    except records.RecordsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    loaded = records.load([records.results_file(args.results).parent / collectives.FILE])
+    print()
+    print(collectives.render_text(collectives.tables(loaded.records)))
+    return 0 if all(s == records.Status.OK for s in statuses) else 1
+
+
 def cmd_models(_: argparse.Namespace) -> int:
     for name in models.names():
         m = models.get(name)
@@ -230,7 +276,12 @@ def cmd_models(_: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    handlers = {"run": cmd_run, "compare": cmd_compare, "models": cmd_models}
+    handlers = {
+        "run": cmd_run,
+        "compare": cmd_compare,
+        "collectives": cmd_collectives,
+        "models": cmd_models,
+    }
     return handlers[args.command](args)
 
 

@@ -17,6 +17,7 @@ RUNNER_SCRIPTS = {
     Engine.DDP: ROOT / "runners" / "ddp.py",
     Engine.PADDLE: ROOT / "runners" / "paddle_dp.py",
 }
+COLLECTIVES_SCRIPT = ROOT / "runners" / "collectives.py"
 
 
 class LaunchError(RuntimeError):
@@ -43,6 +44,7 @@ def launch_argv(
     *,
     log_dir: Path | None = None,
     python: str | None = None,
+    script: Path | None = None,
 ) -> list[str]:
     """argv that starts `nproc` workers of `engine` on this host with its own launcher.
 
@@ -53,7 +55,7 @@ def launch_argv(
     if nproc < 1:
         raise LaunchError(f"number of workers must be >= 1, got {nproc}")
     python = python or sys.executable
-    script = str(RUNNER_SCRIPTS[engine])
+    script_path = str(script or RUNNER_SCRIPTS[engine])
     if engine is Engine.DDP:
         argv = [
             python,
@@ -67,7 +69,7 @@ def launch_argv(
         ]
         if log_dir is not None:
             argv += ["--log-dir", str(log_dir), "--tee", "3"]
-        return [*argv, script, *runner_args]
+        return [*argv, script_path, *runner_args]
     if engine is Engine.HOROVOD:
         argv = [_horovodrun(python), "-np", str(nproc), "-H", f"localhost:{nproc}", "--gloo"]
         # Horovod 0.28.1's --output-filename crashes at -np 1 (log10(0) in _pad_rank);
@@ -75,8 +77,8 @@ def launch_argv(
         if log_dir is not None and nproc > 1:
             argv += ["--output-filename", str(log_dir)]
         # The script is run through this Python, not its shebang, so the plan is exact.
-        return [*argv, python, script, *runner_args]
+        return [*argv, python, script_path, *runner_args]
     argv = [python, "-m", "paddle.distributed.launch", "--nproc_per_node", str(nproc)]
     if log_dir is not None:
         argv += ["--log_dir", str(log_dir)]
-    return [*argv, script, *runner_args]
+    return [*argv, script_path, *runner_args]

@@ -229,6 +229,37 @@ def _tail(path: Path, lines: int = 20) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
+def run_launch(argv: list[str], log: Path, timeout: float) -> tuple[str, str | None, float]:
+    """Run one launcher command in its own session, output to `log`, within `timeout`.
+
+    Returns (status, error, seconds). On time-out or Ctrl-C the whole process tree is
+    killed, so no worker outlives its cell.
+    """
+    start = time.monotonic()
+    status, error = records.Status.OK, None
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(
+            argv,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=launch.ROOT,
+        )
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_tree(proc)
+            status, error = records.Status.TIMEOUT, f"cell exceeded its time-out of {timeout:.0f}s"
+        except BaseException:  # Ctrl-C: stop the workers, then let the caller end
+            kill_tree(proc)
+            raise
+        else:
+            if rc != 0:
+                status, error = records.Status.FAILED, f"launcher exited with code {rc}"
+    return status, error, time.monotonic() - start
+
+
 @dataclasses.dataclass
 class CellResult:
     cell: Cell
@@ -277,29 +308,7 @@ def run_cell(
     )
     (log_dir / "argv.json").write_text(json.dumps(argv, indent=1))
     launcher_log = log_dir / "launcher.log"
-    start = time.monotonic()
-    status, error = records.Status.OK, None
-    with open(launcher_log, "wb") as log:
-        proc = subprocess.Popen(
-            argv,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            cwd=launch.ROOT,
-        )
-        try:
-            rc = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            kill_tree(proc)
-            status, error = records.Status.TIMEOUT, f"cell exceeded its time-out of {timeout:.0f}s"
-        except BaseException:  # Ctrl-C: stop the workers, then let the sweep end
-            kill_tree(proc)
-            raise
-        else:
-            if rc != 0:
-                status, error = records.Status.FAILED, f"launcher exited with code {rc}"
-    seconds = time.monotonic() - start
+    status, error, seconds = run_launch(argv, launcher_log, timeout)
     written = [
         r
         for r in records.load([records.results_file(results)]).records

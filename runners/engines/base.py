@@ -72,6 +72,14 @@ class EngineAdapter(abc.ABC):
     @abc.abstractmethod
     def barrier(self) -> None: ...
 
+    @abc.abstractmethod
+    def buffer(self, nbytes: int) -> Any:
+        """A float32 device tensor of `nbytes` for the collective benchmark."""
+
+    @abc.abstractmethod
+    def allreduce_inplace(self, buf: Any) -> None:
+        """Sum-allreduce `buf` in place with the engine's own collective, as training uses it."""
+
     def synchronize(self) -> None:  # noqa: B027 (optional hook: CPU engines need nothing)
         """Wait for queued device work so a step's time is its real time (no-op on CPU)."""
 

@@ -153,6 +153,13 @@ class PaddleAdapter(EngineAdapter):
         if self._parallel:
             dist.barrier()
 
+    def buffer(self, nbytes: int) -> Any:
+        return paddle.ones([nbytes // 4], dtype="float32")
+
+    def allreduce_inplace(self, buf: Any) -> None:
+        if self._parallel:
+            dist.all_reduce(buf, op=dist.ReduceOp.SUM)
+
     def synchronize(self) -> None:
         if self.spec.device is Device.CUDA:
             paddle.device.cuda.synchronize()

@@ -110,6 +110,9 @@ class TorchAdapter(EngineAdapter):
             return float(torch.cuda.max_memory_allocated(self.device)) / 2**20
         return None
 
+    def buffer(self, nbytes: int) -> Any:
+        return torch.ones(nbytes // 4, dtype=torch.float32, device=self.device)
+
     def _tensor(self, arr: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(arr)).to(self.device)
 
@@ -187,6 +190,11 @@ class DDPAdapter(TorchAdapter):
 
         dist.barrier()
 
+    def allreduce_inplace(self, buf: Any) -> None:
+        import torch.distributed as dist
+
+        dist.all_reduce(buf, op=dist.ReduceOp.SUM)
+
     def versions(self) -> dict[str, Any]:
         import torch.distributed as dist
 
@@ -263,6 +271,9 @@ class HorovodAdapter(TorchAdapter):
 
     def barrier(self) -> None:
         self.hvd.barrier()
+
+    def allreduce_inplace(self, buf: Any) -> None:
+        self.hvd.allreduce_(buf, op=self.hvd.Sum, name="bench.collective")
 
     def versions(self) -> dict[str, Any]:
         import horovod

@@ -1,0 +1,136 @@
+"""`bench collectives`: allreduce latency and bandwidth per engine, and their table.
+
+Each (engine, workers) cell launches runners/collectives.py through the engine's
+own launcher, like a training cell, with a time-out; a cell that leaves no
+record gets a failed/timeout record of kind "collective".
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+import pandas as pd
+
+from bench import launch, records
+from bench.spec import Engine
+from bench.sweep import _tail, run_launch
+
+FILE = "collectives.jsonl"
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit, size in (("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size and n % size == 0:
+            return f"{n // size} {unit}"
+    return f"{n} B"
+
+
+def run(
+    engines: Sequence[Engine],
+    workers: Sequence[int],
+    results: Path,
+    *,
+    timeout: float,
+    extra: Sequence[str] = (),
+    out: TextIO = sys.stdout,
+) -> list[str]:
+    """Run every (engine, workers) cell; returns the statuses in order."""
+    target = records.check_writable(results).parent / FILE
+    run_dir = target.parent / "runs" / ("collectives-" + time.strftime("%Y%m%d-%H%M%S"))
+    statuses = []
+    for w in workers:
+        for engine in engines:
+            attempt = uuid.uuid4().hex
+            log_dir = run_dir / f"{engine.value}-np{w}"
+            log_dir.mkdir(parents=True, exist_ok=True)
+            args = [
+                "--engine",
+                engine.value,
+                "--results",
+                str(target.parent),
+                *extra,
+                "--label",
+                f"attempt={attempt}",
+                "--label",
+                f"log_dir={log_dir}",
+            ]
+            argv = launch.launch_argv(
+                engine, w, args, log_dir=log_dir, script=launch.COLLECTIVES_SCRIPT
+            )
+            print(f"collectives: {engine.value} np={w} ...", end="", file=out, flush=True)
+            status, error, seconds = run_launch(argv, log_dir / "launcher.log", timeout)
+            written = (
+                [
+                    r
+                    for r in records.load([target]).records
+                    if (r.get("labels") or {}).get("attempt") == attempt
+                ]
+                if target.exists()
+                else []
+            )
+            if written:
+                status = written[-1]["status"]
+            else:
+                status = status if status != records.Status.OK else records.Status.FAILED
+                rec = records.new_record(
+                    {"op": "allreduce"},
+                    engine.value,
+                    w,
+                    {"attempt": attempt},
+                    {"name": "bench collectives", "argv": argv},
+                    status=status,
+                    error=f"{error or 'no record written'}\n{_tail(log_dir / 'launcher.log')}",
+                )
+                rec["kind"] = "collective"
+                records.append(target, rec)
+            print(f" {status} {seconds:.1f}s", file=out, flush=True)
+            statuses.append(status)
+    return statuses
+
+
+def tables(recs: Sequence[dict[str, Any]]) -> dict[str, pd.DataFrame]:
+    """Bus bandwidth (GB/s) and latency (us) by message size, one column per engine and workers.
+
+    With several records per cell the median is shown.
+    """
+    rows = []
+    for r in recs:
+        if r.get("kind") != "collective" or r.get("status") != records.Status.OK:
+            continue
+        for res in r.get("results") or []:
+            rows.append(
+                {
+                    "cell": f"{r['engine']} np{r['world_size']}",
+                    "bytes": res["bytes"],
+                    "busbw": res["busbw_gbps"],
+                    "latency": res["latency_s"] * 1e6,
+                }
+            )
+    if not rows:
+        return {}
+    df = pd.DataFrame(rows)
+    out = {}
+    for value, name in (("busbw", "bus bandwidth GB/s"), ("latency", "latency us")):
+        t = df.pivot_table(index="bytes", columns="cell", values=value, aggfunc=np.median)
+        t.index = pd.Index([_fmt_bytes(int(b)) for b in t.index], name="size")
+        t.columns.name = None
+        out[name] = t
+    return out
+
+
+def render_text(parts: dict[str, pd.DataFrame]) -> str:
+    lines = [
+        "allreduce, float32. bus bandwidth = size / time x 2(n-1)/n (nccl-tests); "
+        "time = median over iterations of the slowest rank"
+    ]
+    for name, df in parts.items():
+        fmt = "{:.3f}" if name.startswith("bus") else "{:,.0f}"
+        shown = df.map(lambda v, f=fmt: "-" if pd.isna(v) else f.format(v))
+        lines += ["", f"  {name}:", shown.to_string()]
+    return "\n".join(lines)

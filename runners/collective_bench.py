@@ -1,0 +1,126 @@
+"""The collective benchmark protocol, shared by every engine (entry: runners/collectives.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from bench import env as benv
+from bench import records
+from bench.spec import Device, Engine, RunSpec
+
+DEFAULT_SIZES = [4 * 1024 * 4**i for i in range(8)]  # 4 KiB .. 64 MiB
+COLLECTIVES_FILE = "collectives.jsonl"
+
+
+def bus_factor(world: int) -> float:
+    """nccl-tests' allreduce correction: each rank sends and receives 2(n-1)/n of the data."""
+    return 2 * (world - 1) / world
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description="Allreduce latency/bandwidth of one engine.")
+    p.add_argument("--engine", required=True, choices=[e.value for e in Engine])
+    p.add_argument(
+        "--sizes",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=DEFAULT_SIZES,
+        help="message sizes in bytes, comma-separated (default: 4 KiB to 64 MiB, x4)",
+    )
+    p.add_argument("--iters", type=int, default=20, help="timed iterations per size")
+    p.add_argument("--warmup", type=int, default=5, help="untimed iterations per size")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", choices=[d.value for d in Device], default="cpu")
+    p.add_argument("--results", default="results", help="results directory")
+    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
+    return p
+
+
+def measure(adapter: Any, sizes: Sequence[int], iters: int, warmup: int) -> list[dict[str, Any]]:
+    world = adapter.world_size
+    rows = []
+    for nbytes in sizes:
+        buf = adapter.buffer(nbytes)
+        for _ in range(warmup):
+            adapter.allreduce_inplace(buf)
+        adapter.synchronize()
+        adapter.barrier()
+        times = []
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            adapter.allreduce_inplace(buf)
+            adapter.synchronize()
+            times.append(time.perf_counter() - t0)
+        slowest = adapter.allgather(np.asarray(times, dtype=np.float64)).max(axis=0)
+        latency = float(np.median(slowest))
+        algbw = nbytes / latency / 1e9
+        rows.append(
+            {
+                "bytes": int(nbytes),
+                "latency_s": latency,
+                "latency_p95_s": float(np.percentile(slowest, 95)),
+                "algbw_gbps": algbw,
+                "busbw_gbps": algbw * bus_factor(world),
+            }
+        )
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.iters < 1 or args.warmup < 0 or not args.sizes or min(args.sizes) < 4:
+        print(
+            "error: --iters must be >= 1, --warmup >= 0, and every size >= 4 bytes", file=sys.stderr
+        )
+        return 2
+    try:
+        records.check_writable(args.results)
+    except records.RecordsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from runners.protocol import _labels, _launcher, _load_adapter
+
+    engine = Engine(args.engine)
+    spec = RunSpec(threads=args.threads, device=Device(args.device))
+    benv.set_thread_env(spec.threads)
+    adapter = _load_adapter(engine)(spec)
+    adapter.init()
+    spec_data = {
+        "op": "allreduce",
+        "dtype": "float32",
+        "sizes": list(args.sizes),
+        "iters": args.iters,
+        "warmup": args.warmup,
+        "threads": args.threads,
+        "device": args.device,
+    }
+    record = records.new_record(
+        spec_data, engine.value, adapter.world_size, _labels(args.label), _launcher()
+    )
+    record["kind"] = "collective"
+    code = 0
+    try:
+        record["results"] = measure(adapter, args.sizes, args.iters, args.warmup)
+        record["engine_versions"] = adapter.versions()
+        record["threads"] = adapter.threads()
+    except Exception as exc:
+        record["status"], record["error"] = records.Status.FAILED, f"{type(exc).__name__}: {exc}"
+        code = 1
+    if adapter.rank == 0:
+        path = records.append(records.results_file(args.results).parent / COLLECTIVES_FILE, record)
+        for row in record.get("results", []):
+            print(
+                f"[{engine.value} np={adapter.world_size}] {row['bytes']:>10,d} B  "
+                f"{row['latency_s'] * 1e6:10.1f} us  algbw {row['algbw_gbps']:.3f} GB/s  "
+                f"busbw {row['busbw_gbps']:.3f} GB/s",
+                flush=True,
+            )
+        print(f"record {record['run_id'][:8]} -> {path}", flush=True)
+    if code == 0:
+        adapter.shutdown()
+    return code

@@ -1,0 +1,78 @@
+"""bench collectives: the bandwidth arithmetic, and a real run of each engine's allreduce."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import collectives, records
+from runners.collective_bench import bus_factor
+from tests.conftest import ROOT
+
+
+def test_bus_bandwidth_factor_is_nccl_tests_allreduce() -> None:
+    assert bus_factor(1) == 0.0
+    assert bus_factor(2) == 1.0
+    assert bus_factor(4) == pytest.approx(1.5)
+    assert bus_factor(8) == pytest.approx(1.75)
+
+
+def _rec(engine: str, latency: float) -> dict[str, object]:
+    return {
+        "kind": "collective",
+        "status": "ok",
+        "engine": engine,
+        "world_size": 2,
+        "results": [
+            {"bytes": 1 << 20, "latency_s": latency, "busbw_gbps": (1 << 20) / latency / 1e9}
+        ],
+    }
+
+
+def test_tables_take_the_median_per_cell() -> None:
+    parts = collectives.tables(
+        [_rec("ddp", 1e-3), _rec("ddp", 2e-3), _rec("ddp", 3e-3), _rec("paddle", 1e-3)]
+    )
+    lat = parts["latency us"]
+    assert lat.loc["1 MiB", "ddp np2"] == pytest.approx(2000.0)
+    assert lat.loc["1 MiB", "paddle np2"] == pytest.approx(1000.0)
+    assert parts["bus bandwidth GB/s"].loc["1 MiB", "paddle np2"] == pytest.approx(1.048576)
+
+
+@pytest.mark.distributed
+def test_real_allreduce_benchmark_for_every_engine(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.cli",
+            "collectives",
+            "--workers",
+            "2",
+            "--sizes",
+            "4096,1048576",
+            "--iters",
+            "3",
+            "--results",
+            str(tmp_path),
+            "--timeout",
+            "240",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    recs = records.load([tmp_path / collectives.FILE]).records
+    assert sorted(r["engine"] for r in recs) == ["ddp", "horovod", "paddle"]
+    for r in recs:
+        assert r["status"] == "ok" and r["world_size"] == 2
+        assert [row["bytes"] for row in r["results"]] == [4096, 1048576]
+        for row in r["results"]:
+            assert row["latency_s"] > 0
+            assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"])  # factor 1 at n=2
+    assert "horovod np2" in proc.stdout and "1 MiB" in proc.stdout
