@@ -66,6 +66,21 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="skip the compute-only (grad_sync=false) twins of multi-worker cells",
     )
+    run.add_argument(
+        "--engine-option",
+        dest="engine_options",
+        action="append",
+        default=None,
+        metavar="ENGINE:KEY=VALUE",
+        help="engine-specific option for that engine's cells, e.g. horovod:adasum=true",
+    )
+    run.add_argument(
+        "--hvd-timeline",
+        dest="hvd_timeline",
+        action="store_true",
+        default=None,
+        help="keep a Horovod timeline per horovod cell and summarise it in the record",
+    )
     run.add_argument("--results", default="results", help="results directory (default: results/)")
     run.add_argument("--force", action="store_true", help="rerun cells already recorded")
     run.add_argument("--dry-run", action="store_true", help="print the launch commands and exit")
@@ -120,6 +135,8 @@ def _sweep_inputs(args: argparse.Namespace) -> tuple[SweepConfig, RunSpec]:
         "timeout",
         "oversubscribe",
         "comm_cost",
+        "engine_options",
+        "hvd_timeline",
     ):
         value = getattr(args, key)
         if value is not None:
@@ -130,8 +147,7 @@ def _sweep_inputs(args: argparse.Namespace) -> tuple[SweepConfig, RunSpec]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from bench import launch
-    from bench.sweep import check_plan, environment_key, plan, spec_flags
+    from bench.sweep import cell_argv, cell_log_dir, check_plan, environment_key, plan
 
     try:
         config, base = _sweep_inputs(args)
@@ -140,19 +156,17 @@ def cmd_run(args: argparse.Namespace) -> int:
             cells = plan(config, base)
             check_plan(cells, config)
             env_key = environment_key()
-            for cell in cells:
-                argv = launch.launch_argv(
-                    cell.engine,
-                    cell.workers,
-                    [
-                        *spec_flags(cell.spec),
-                        "--results",
-                        str(results),
-                        "--label",
-                        f"cell={cell.key(env_key)}",
-                    ],
+            run_dir = results / "runs" / "DRY-RUN"
+            for i, cell in enumerate(cells, start=1):
+                labels = {"cell": cell.key(env_key)}
+                log_dir = cell_log_dir(run_dir, i, cell)
+                print(
+                    shlex.join(
+                        cell_argv(
+                            cell, results, log_dir, labels, config.timeout, config.hvd_timeline
+                        )
+                    )
                 )
-                print(shlex.join(argv))
             print(f"# {len(cells)} cells", file=sys.stderr)
             return 0
         outcomes = run_sweep(config, base, results, force=args.force)

@@ -88,7 +88,8 @@ def frame(recs: Iterable[dict[str, Any]], target: float = DEFAULT_TARGET) -> pd.
                 "run_id": r.get("run_id"),
                 "source": r.get("_source"),
                 "status": r.get("status"),
-                "engine": r.get("engine"),
+                "engine": str(r.get("engine"))
+                + "".join(f"[{k}={v}]" for k, v in sorted((r.get("engine_options") or {}).items())),
                 "workers": r.get("world_size"),
                 "model": spec.get("model"),
                 "dataset": spec.get("dataset"),

@@ -54,6 +54,9 @@ class SweepConfig:
     # Also run each multi-worker cell with grad_sync=false (compute-only twin), from
     # which compare derives the share of a step lost to unhidden communication.
     comm_cost: bool = True
+    # Engine-specific options "ENGINE:KEY=VALUE", passed to that engine's cells only.
+    engine_options: tuple[str, ...] = ()
+    hvd_timeline: bool = False  # keep a Horovod timeline per horovod cell, in its log dir
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SweepConfig:
@@ -69,7 +72,7 @@ class SweepConfig:
                 values["engines"] = tuple(Engine(e) for e in values["engines"])
         except ValueError as exc:
             raise SweepError(f"{exc}; engines are: {', '.join(e.value for e in Engine)}") from None
-        for key in ("workers", "models", "datasets"):
+        for key in ("workers", "models", "datasets", "engine_options"):
             if key in values:
                 values[key] = tuple(values[key])
         return cls(**values).validate()
@@ -92,7 +95,23 @@ class SweepConfig:
             raise SweepError(f"seed_mode must be 'vary' or 'fixed', got {self.seed_mode!r}")
         if not self.timeout > 0:
             raise SweepError(f"timeout must be > 0 seconds, got {self.timeout}")
+        for item in self.engine_options:
+            engine, sep, kv = item.partition(":")
+            if not sep or "=" not in kv or engine not in {e.value for e in Engine}:
+                raise SweepError(
+                    f"engine option {item!r} must look like ENGINE:KEY=VALUE with ENGINE one of "
+                    + ", ".join(e.value for e in Engine)
+                )
         return self
+
+    def options(self, engine: Engine) -> tuple[str, ...]:
+        """The KEY=VALUE engine options that apply to `engine`'s cells."""
+        return tuple(
+            kv
+            for item in self.engine_options
+            for e, _, kv in [item.partition(":")]
+            if e == engine.value
+        )
 
 
 def load_config_file(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -125,6 +144,7 @@ class Cell:
     spec: RunSpec
     repeat: int
     seed_mode: str
+    options: tuple[str, ...] = ()  # engine options KEY=VALUE for this cell's engine
 
     @property
     def name(self) -> str:
@@ -132,6 +152,7 @@ class Cell:
             f"{self.engine.value} np={self.workers} {self.spec.model}/{self.spec.dataset} "
             f"repeat {self.repeat} (seed {self.spec.seed})"
             + ("" if self.spec.grad_sync else " no-sync")
+            + (f" [{', '.join(self.options)}]" if self.options else "")
         )
 
     def key(self, env_key: str) -> str:
@@ -144,6 +165,7 @@ class Cell:
                 self.repeat,
                 self.seed_mode,
                 env_key,
+                *self.options,
             ],
             sort_keys=True,
         )
@@ -171,10 +193,13 @@ def plan(config: SweepConfig, base: RunSpec) -> list[Cell]:
                 spec = base.replace(model=model, dataset=dataset, seed=seed)
                 for workers in config.workers:
                     for engine in config.engines:
-                        cells.append(Cell(engine, workers, spec, repeat, config.seed_mode))
+                        opts = config.options(engine)
+                        cells.append(Cell(engine, workers, spec, repeat, config.seed_mode, opts))
                         if config.comm_cost and workers > 1:
                             twin = spec.replace(grad_sync=False)
-                            cells.append(Cell(engine, workers, twin, repeat, config.seed_mode))
+                            cells.append(
+                                Cell(engine, workers, twin, repeat, config.seed_mode, opts)
+                            )
     return cells
 
 
@@ -269,31 +294,16 @@ class CellResult:
     error: str | None = None
 
 
-def run_cell(
+def cell_argv(
     cell: Cell,
-    index: int,
     results: Path,
-    run_dir: Path,
+    log_dir: Path,
+    labels: dict[str, str],
     timeout: float,
-    env_key: str,
-    sweep_id: str,
+    timeline: bool = False,
     python: str | None = None,
-) -> CellResult:
-    """Launch one cell and make sure it leaves exactly one record."""
-    attempt = uuid.uuid4().hex
-    log_dir = (
-        run_dir
-        / f"{index:03d}-{cell.engine.value}-np{cell.workers}-{cell.spec.model}-r{cell.repeat}"
-    )
-    log_dir.mkdir(parents=True, exist_ok=True)
-    labels = {
-        "cell": cell.key(env_key),
-        "attempt": attempt,
-        "sweep": sweep_id,
-        "repeat": str(cell.repeat),
-        "seed_mode": cell.seed_mode,
-        "log_dir": str(log_dir),
-    }
+) -> list[str]:
+    """The exact launcher argv of one cell (also what --dry-run prints)."""
     runner_args = [
         *spec_flags(cell.spec),
         "--results",
@@ -303,9 +313,46 @@ def run_cell(
         str(max(timeout / 2, 30.0)),
     ]
     runner_args += [a for k, v in labels.items() for a in ("--label", f"{k}={v}")]
-    argv = launch.launch_argv(
+    options = list(cell.options)
+    if timeline and cell.engine is Engine.HOROVOD:
+        options.append(f"timeline={log_dir / 'timeline.json'}")
+    runner_args += [a for kv in options for a in ("--engine-option", kv)]
+    return launch.launch_argv(
         cell.engine, cell.workers, runner_args, log_dir=log_dir, python=python
     )
+
+
+def cell_log_dir(run_dir: Path, index: int, cell: Cell) -> Path:
+    sync = "" if cell.spec.grad_sync else "-nosync"
+    return run_dir / (
+        f"{index:03d}-{cell.engine.value}-np{cell.workers}-{cell.spec.model}-r{cell.repeat}{sync}"
+    )
+
+
+def run_cell(
+    cell: Cell,
+    index: int,
+    results: Path,
+    run_dir: Path,
+    timeout: float,
+    env_key: str,
+    sweep_id: str,
+    python: str | None = None,
+    timeline: bool = False,
+) -> CellResult:
+    """Launch one cell and make sure it leaves exactly one record."""
+    attempt = uuid.uuid4().hex
+    log_dir = cell_log_dir(run_dir, index, cell)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    labels = {
+        "cell": cell.key(env_key),
+        "attempt": attempt,
+        "sweep": sweep_id,
+        "repeat": str(cell.repeat),
+        "seed_mode": cell.seed_mode,
+        "log_dir": str(log_dir),
+    }
+    argv = cell_argv(cell, results, log_dir, labels, timeout, timeline, python)
     (log_dir / "argv.json").write_text(json.dumps(argv, indent=1))
     launcher_log = log_dir / "launcher.log"
     status, error, seconds = run_launch(argv, launcher_log, timeout)
@@ -395,7 +442,17 @@ def run_sweep(
     start = time.monotonic()
     for i, cell in enumerate(todo, start=1):
         print(f"[{i:>3}/{len(todo)}] {cell.name} ...", end="", file=out, flush=True)
-        res = run_cell(cell, i, results, run_dir, config.timeout, env_key, sweep_id, python)
+        res = run_cell(
+            cell,
+            i,
+            results,
+            run_dir,
+            config.timeout,
+            env_key,
+            sweep_id,
+            python,
+            config.hvd_timeline,
+        )
         outcomes.append(res)
         elapsed = time.monotonic() - start
         left = elapsed / i * (len(todo) - i)

@@ -73,16 +73,24 @@ def build_parser(engine: Engine) -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="free-form label stored in the record (repeatable); used by `bench run`",
     )
+    parser.add_argument(
+        "--engine-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="engine-specific knob outside the shared spec, recorded in knobs (repeatable); "
+        "horovod: timeline=PATH, autotune=true, adasum=true, cycle_time_ms=MS",
+    )
     parser.add_argument("--quiet", action="store_true", help="no per-epoch progress lines")
     return parser
 
 
-def _labels(items: Sequence[str]) -> dict[str, str]:
+def _labels(items: Sequence[str], flag: str = "--label") -> dict[str, str]:
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise InputError(f"--label expects KEY=VALUE, got {item!r}")
+            raise InputError(f"{flag} expects KEY=VALUE, got {item!r}")
         out[key] = value
     return out
 
@@ -215,6 +223,9 @@ def train(
     order_fps = _gather_str(adapter, order_hash.hexdigest()[:16])
     hosts = _gather_str(adapter, socket.gethostname())
     adapter.barrier()
+    record.update(adapter.finish(step))
+    # options that change training (not where files go) distinguish runs in compare
+    record["engine_options"] = {k: v for k, v in adapter.options.items() if k != "timeline"}
 
     record.update(
         {
@@ -270,15 +281,16 @@ def main(engine: Engine, argv: Sequence[str] | None = None) -> int:
     try:
         spec = spec_from_args(args)
         labels = _labels(args.label)
+        options = _labels(args.engine_option, "--engine-option")
         records.check_writable(args.results)
     except (SpecError, InputError, records.RecordsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     benv.set_thread_env(spec.threads)  # before the framework is imported below
-    adapter = _load_adapter(engine)(spec, timeout_s=args.collective_timeout)
     try:
+        adapter = _load_adapter(engine)(spec, args.collective_timeout, options)
         model, dataset, spe = prepare(spec, adapter.expected_world_size())
-    except InputError as exc:
+    except (SpecError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
 

@@ -8,21 +8,33 @@ framework. Adding a fourth engine is one new adapter file and one entry script.
 from __future__ import annotations
 
 import abc
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from bench.spec import Engine, RunSpec
+from bench.spec import Engine, RunSpec, SpecError
 from models.base import ModelDef, Shape, Weights
 
 
 class EngineAdapter(abc.ABC):
     engine: Engine
     launcher: str  # the launcher users type for this engine
+    # Engine-specific knobs outside the shared contract (--engine-option KEY=VALUE):
+    # name -> help. Recorded in knobs(); unknown names are refused.
+    OPTIONS: ClassVar[dict[str, str]] = {}
 
-    def __init__(self, spec: RunSpec, timeout_s: float = 300.0) -> None:
+    def __init__(
+        self, spec: RunSpec, timeout_s: float = 300.0, options: dict[str, str] | None = None
+    ) -> None:
         self.spec = spec
         self.timeout_s = timeout_s  # longest a collective may wait for a peer before failing
+        self.options = dict(options or {})
+        unknown = sorted(set(self.options) - set(self.OPTIONS))
+        if unknown:
+            known = ", ".join(f"{k} ({v})" for k, v in self.OPTIONS.items()) or "none"
+            raise SpecError(
+                f"unknown {self.engine.value} engine option(s): {', '.join(unknown)}; known: {known}"
+            )
         self.rank = 0
         self.local_rank = 0
         self.world_size = 1
@@ -94,6 +106,10 @@ class EngineAdapter(abc.ABC):
     @abc.abstractmethod
     def threads(self) -> dict[str, Any]:
         """Threads as the framework reports them after setup."""
+
+    def finish(self, steps: int) -> dict[str, Any]:
+        """Engine extras for the record once `steps` training steps are over (e.g. a timeline)."""
+        return {}
 
     def peak_device_memory_mb(self) -> float | None:
         """Peak accelerator memory allocated by this rank; None on CPU."""

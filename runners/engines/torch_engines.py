@@ -11,13 +11,13 @@ from __future__ import annotations
 import datetime
 import os
 import socket
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bench.spec import Device, Engine, Optimizer, Precision, SpecError
+from bench.spec import Device, Engine, Optimizer, Precision, RunSpec, SpecError
 from models.base import ModelDef, Shape, Weights
 from runners.engines.base import EngineAdapter
 
@@ -221,9 +221,36 @@ class DDPAdapter(TorchAdapter):
             dist.destroy_process_group()
 
 
+def _flag(options: dict[str, str], name: str) -> bool:
+    value = options.get(name, "false").lower()
+    if value not in ("true", "false"):
+        raise SpecError(f"engine option {name} must be true or false, got {value!r}")
+    return value == "true"
+
+
 class HorovodAdapter(TorchAdapter):
     engine = Engine.HOROVOD
     launcher = "horovodrun"
+    OPTIONS: ClassVar[dict[str, str]] = {
+        "timeline": "PATH: write Horovod's timeline there and summarise it in the record",
+        "autotune": "true|false: Horovod autotuning of fusion threshold and cycle time",
+        "adasum": "true|false: Adasum gradient reduction instead of averaging",
+        "cycle_time_ms": "MS: Horovod's cycle time",
+    }
+
+    def __init__(
+        self, spec: RunSpec, timeout_s: float = 300.0, options: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(spec, timeout_s, options)
+        self.autotune = _flag(self.options, "autotune")
+        self.adasum = _flag(self.options, "adasum")
+        if "cycle_time_ms" in self.options:
+            try:
+                float(self.options["cycle_time_ms"])
+            except ValueError:
+                raise SpecError(
+                    f"engine option cycle_time_ms must be a number, got {self.options['cycle_time_ms']!r}"
+                ) from None
 
     def expected_world_size(self) -> int:
         return int(os.environ.get("HOROVOD_SIZE", "1"))
@@ -232,12 +259,24 @@ class HorovodAdapter(TorchAdapter):
         # Horovod reads these when it starts; they must be set before hvd.init().
         os.environ["HOROVOD_FUSION_THRESHOLD"] = str(int(self.spec.bucket_mb * 1024 * 1024))
         os.environ.setdefault("HOROVOD_GLOO_TIMEOUT_SECONDS", str(int(self.timeout_s)))
+        if "timeline" in self.options:
+            os.environ["HOROVOD_TIMELINE"] = self.options["timeline"]
+        if "cycle_time_ms" in self.options:
+            os.environ["HOROVOD_CYCLE_TIME"] = self.options["cycle_time_ms"]
+        if self.autotune:
+            os.environ["HOROVOD_AUTOTUNE"] = "1"
         import horovod.torch as hvd
 
         if not hvd.gloo_built() and self.spec.device is Device.CPU:
             raise RuntimeError(
                 "this Horovod was built without Gloo, which CPU runs need; rebuild it with "
                 "HOROVOD_WITH_GLOO=1 (scripts/setup.sh does)"
+            )
+        if self.adasum and not hvd.mpi_built():
+            # Horovod implements Adasum on MPI; a Gloo-only build fails at the first step.
+            raise SpecError(
+                "engine option adasum=true needs Horovod built with MPI (HOROVOD_WITH_MPI=1); "
+                "this build has Gloo only"
             )
         hvd.init()
         self.hvd = hvd
@@ -259,7 +298,7 @@ class HorovodAdapter(TorchAdapter):
             optimizer,
             named_parameters=self.module.named_parameters(),
             compression=hvd.Compression.none,
-            op=hvd.Average,
+            op=hvd.Adasum if self.adasum else hvd.Average,
         )
 
     def allreduce_sum(self, arr: np.ndarray) -> np.ndarray:
@@ -296,9 +335,21 @@ class HorovodAdapter(TorchAdapter):
             "fusion_threshold_bytes": int(os.environ["HOROVOD_FUSION_THRESHOLD"]),
             "cycle_time_ms": os.environ.get("HOROVOD_CYCLE_TIME", "default"),
             "gradient_compression": "none",
-            "op": "average",
+            "op": "adasum" if self.adasum else "average",
+            "autotune": self.autotune,
+            "timeline": "timeline" in self.options,
             "grad_sync": self.spec.grad_sync,
         }
+
+    def finish(self, steps: int) -> dict[str, Any]:
+        if "timeline" not in self.options:
+            return {}
+        self.hvd.stop_timeline()  # flushes and closes the file (written by rank 0)
+        if self.rank != 0:
+            return {}
+        from bench.timeline import summarise
+
+        return {"timeline": summarise(self.options["timeline"], steps)}
 
     def shutdown(self) -> None:
         self.hvd.shutdown()

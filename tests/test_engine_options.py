@@ -1,0 +1,62 @@
+"""Engine-specific knobs outside the shared spec: Horovod's timeline, Adasum, autotune."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench import report
+from bench.spec import Engine
+from tests.conftest import ok_record, run_direct, run_engine
+
+
+@pytest.mark.distributed
+def test_horovod_timeline_and_autotune_are_recorded(tmp_path: Path) -> None:
+    timeline = tmp_path / "timeline.json"
+    rec = ok_record(
+        *run_engine(
+            Engine.HOROVOD,
+            2,
+            [
+                "--model",
+                "mlp",
+                "--max-steps",
+                "20",
+                "--warmup-steps",
+                "2",
+                "--engine-option",
+                f"timeline={timeline}",
+                "--engine-option",
+                "autotune=true",
+            ],
+            tmp_path,
+        )
+    )
+    assert rec["knobs"]["autotune"] is True and rec["knobs"]["timeline"] is True
+    assert rec["engine_options"] == {"autotune": "true"}  # the path is not a training setting
+    summary = rec["timeline"]
+    assert summary["path"] == str(timeline) and timeline.is_file()
+    assert summary["activities_ms"]["NEGOTIATE_ALLREDUCE"] > 0
+    assert summary["per_step_ms"]["allreduce"] > 0
+    # compare keeps autotuned runs apart from plain runs of the same engine
+    assert report.frame([rec])["engine"].iloc[0] == "horovod[autotune=true]"
+
+
+@pytest.mark.parametrize(
+    ("engine", "option", "message"),
+    [
+        (Engine.DDP, "timeline=/tmp/x", "unknown ddp engine option(s): timeline; known: none"),
+        (Engine.HOROVOD, "adasum=maybe", "adasum must be true or false"),
+        (Engine.HOROVOD, "fusion=1", "unknown horovod engine option(s): fusion"),
+        (Engine.HOROVOD, "novalue", "--engine-option expects KEY=VALUE"),
+        # the Gloo-only build here has no Adasum; a build with MPI runs it
+        (Engine.HOROVOD, "adasum=true", "adasum=true needs Horovod built with MPI"),
+    ],
+)
+def test_bad_engine_options_are_refused(
+    engine: Engine, option: str, message: str, tmp_path: Path
+) -> None:
+    proc, recs = run_direct(engine, ["--engine-option", option], tmp_path)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert recs == []
