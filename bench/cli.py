@@ -94,9 +94,27 @@ def _parser() -> argparse.ArgumentParser:
         "paths",
         nargs="*",
         default=["results"],
-        help="result files or directories (default: results/)",
+        help="result files or directories (default: results/); exactly two (BASE NEW) "
+        "compare the sets cell by cell, unless --tables",
     )
-    cmp_.add_argument("--format", choices=["text", "csv", "json"], default="text")
+    cmp_.add_argument(
+        "--tables", action="store_true", help="with two paths: one set of tables over both"
+    )
+    cmp_.add_argument(
+        "--fail",
+        action="append",
+        default=[],
+        metavar="METRIC:N%",
+        help="BASE NEW mode: exit 1 when METRIC got significantly worse by more than N%% "
+        "(throughput, accuracy, step_p50, peak_rss; repeatable)",
+    )
+    cmp_.add_argument(
+        "--min-effect",
+        type=float,
+        default=0.03,
+        help="BASE NEW mode: smallest relative change called significant (default: 0.03)",
+    )
+    cmp_.add_argument("--format", choices=["text", "markdown", "csv", "json"], default="text")
     cmp_.add_argument(
         "--target-accuracy",
         type=float,
@@ -218,6 +236,13 @@ def _print_compare(
             for c in comps
         ]
         print(json.dumps(out, indent=1))
+    elif fmt == "markdown":
+        for c in comps:
+            print(f"### {c.title}\n")
+            for name, df in c.sections.items():
+                if not df.empty:
+                    print(f"**{name}**\n\n{report.formatted(df).to_markdown(index=False)}\n")
+            print("\n".join(f"- {n}" for n in c.notes) + "\n")
     elif fmt == "csv":
         for c in comps:
             for name, df in c.sections.items():
@@ -248,7 +273,42 @@ def _print_compare(
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    if len(args.paths) == 2 and not args.tables:
+        return _diff(args)
+    if args.fail:
+        print("error: --fail needs exactly two paths, BASE and NEW", file=sys.stderr)
+        return EXIT_BAD_INPUT
     return _print_compare(args.paths, args.format, args.sources, args.target_accuracy)
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from bench import regress
+
+    try:
+        checks = [regress.RegressionCheck.parse(f) for f in args.fail]
+    except regress.CheckError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    sets = []
+    for path in args.paths:
+        loaded = records.load([path])
+        for problem in loaded.problems:
+            print(f"skipped: {problem}", file=sys.stderr)
+        sets.append(loaded.records)
+    df = regress.diff(sets[0], sets[1], args.min_effect)
+    if df.empty:
+        print(f"no cell is present in both {args.paths[0]} and {args.paths[1]}", file=sys.stderr)
+        return 1
+    if args.format == "json":
+        print(df.to_json(orient="records", indent=1))
+    elif args.format == "csv":
+        print(df.to_csv(index=False), end="")
+    else:
+        print(regress.render(df, markdown=args.format == "markdown"))
+    failures = [msg for row in df.to_dict("records") for c in checks if (msg := c.fails(row))]
+    for msg in failures:
+        print(f"REGRESSION: {msg}", file=sys.stderr)
+    return 1 if failures else 0
 
 
 def cmd_collectives(args: argparse.Namespace) -> int:

@@ -203,8 +203,38 @@ def plan(config: SweepConfig, base: RunSpec) -> list[Cell]:
     return cells
 
 
-def check_plan(cells: Sequence[Cell], config: SweepConfig) -> None:
+# The module each engine's runner needs, and how to get it.
+ENGINE_MODULES = {
+    Engine.HOROVOD: (
+        "horovod.torch",
+        "run scripts/setup.sh, which builds Horovod with PyTorch support",
+    ),
+    Engine.DDP: ("torch.distributed", "run scripts/setup.sh (installs torch)"),
+    Engine.PADDLE: ("paddle.distributed", "run scripts/setup.sh (installs paddlepaddle)"),
+}
+
+
+def check_engines(engines: Sequence[Engine], python: str | None = None) -> None:
+    """Each engine's launcher and framework must be present before anything starts."""
+    import importlib.util
+
+    for engine in engines:
+        try:
+            launch.launch_argv(engine, 1, [], python=python)
+        except launch.LaunchError as exc:
+            raise SweepError(str(exc)) from None
+        if python is None:  # another interpreter's packages cannot be probed from here
+            module, fix = ENGINE_MODULES[engine]
+            top = module.split(".")[0]
+            if importlib.util.find_spec(top) is None:
+                raise SweepError(
+                    f"engine {engine.value} needs the {top!r} package, missing here; {fix}"
+                )
+
+
+def check_plan(cells: Sequence[Cell], config: SweepConfig, python: str | None = None) -> None:
     """Refuse the whole sweep before launching anything if any cell is impossible."""
+    check_engines(sorted({c.engine for c in cells}, key=lambda e: e.value), python)
     seen = set()
     for cell in cells:
         key = (cell.spec.to_dict().__repr__(), cell.workers)
@@ -425,7 +455,7 @@ def run_sweep(
 ) -> list[CellResult]:
     """Run every cell not already recorded; returns what ran (skipped cells excluded)."""
     cells = plan(config, base)
-    check_plan(cells, config)
+    check_plan(cells, config, python)
     records.check_writable(results)
     env_key = environment_key()
     done = set() if force else completed_cells(results)

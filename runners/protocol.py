@@ -97,7 +97,14 @@ def _labels(items: Sequence[str], flag: str = "--label") -> dict[str, str]:
 
 def _load_adapter(engine: Engine) -> type[EngineAdapter]:
     module, _, name = ADAPTERS[engine].partition(":")
-    cls: type[EngineAdapter] = getattr(importlib.import_module(module), name)
+    try:
+        cls: type[EngineAdapter] = getattr(importlib.import_module(module), name)
+    except ImportError as exc:
+        # e.g. Horovod installed without its PyTorch extension ("has not been built")
+        raise InputError(
+            f"engine {engine.value} cannot start: {exc}. Run scripts/setup.sh, which installs "
+            "torch and paddle and builds Horovod with PyTorch and Gloo support"
+        ) from None
     return cls
 
 

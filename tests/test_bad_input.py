@@ -135,3 +135,33 @@ def test_sweep_config_with_unknown_key(tmp_path: Path) -> None:
     cfg.write_text('engines = ["ddp"]\n[spec]\nmodle = "mlp"\n')
     proc = _bench("run", "--config", str(cfg), "--results", str(tmp_path))
     assert proc.returncode == 2 and "unknown spec field(s): modle" in proc.stderr
+
+
+def test_horovod_without_pytorch_support_says_what_to_do(tmp_path: Path) -> None:
+    """A Horovod whose torch extension was not built fails at import; the runner explains."""
+    fake = tmp_path / "site" / "horovod" / "torch"
+    fake.mkdir(parents=True)
+    (fake.parent / "__init__.py").write_text("")
+    (fake / "__init__.py").write_text(
+        "raise ImportError('Extension horovod.torch has not been built')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
+    proc = subprocess.run(
+        [sys.executable, "runners/hvd.py", "--results", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=env,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "has not been built" in proc.stderr and "scripts/setup.sh" in proc.stderr
+    _no_ok_record(tmp_path)
+
+
+def test_missing_launcher_is_refused_before_launching(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench.sweep import SweepError, check_engines
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(SweepError, match=r"horovodrun not found.*scripts/setup.sh"):
+        check_engines([Engine.HOROVOD], python="/nonexistent/python")

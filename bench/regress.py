@@ -1,0 +1,149 @@
+"""`bench compare BASE NEW`: per-cell changes between two result sets, and regression checks.
+
+Cells are matched by (spec minus seed, engine with its options, workers). A
+change is *significant* when the 95% bootstrap interval of the ratio of
+medians (NEW / BASE, both groups resampled) excludes 1 **and** the change is at
+least the minimum effect size: with the 3-5 repeats a sweep affords, rank
+tests cannot reach significance at all (Mann-Whitney's smallest two-sided p
+with 3 vs 3 is 0.1), while a bootstrap interval alone is optimistic for tiny
+samples; the effect-size floor guards against calling timing noise a change.
+A `--fail METRIC:PCT%` check fails when a metric got significantly *worse* by
+more than PCT, where worse respects each metric's direction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from bench import report, stats
+
+# metric -> (record column in report.frame, higher is better)
+METRICS: dict[str, tuple[str, bool]] = {
+    "throughput": ("throughput", True),
+    "accuracy": ("final_accuracy", True),
+    "step_p50": ("step_p50", False),
+    "peak_rss": ("peak_rss_mb", False),
+}
+DEFAULT_MIN_EFFECT = 0.03
+
+
+class CheckError(ValueError):
+    """A --fail option that does not parse; the message shows the accepted form."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RegressionCheck:
+    """One `--fail metric:N%` threshold; `fails(row)` returns a message or None."""
+
+    metric: str
+    limit: float  # fraction, e.g. 0.05
+
+    @classmethod
+    def parse(cls, text: str) -> RegressionCheck:
+        m = re.fullmatch(r"\s*([a-z_0-9]+)\s*:\s*([0-9]+(?:\.[0-9]+)?)\s*%\s*", text)
+        if not m:
+            raise CheckError(f"--fail expects METRIC:N% (e.g. throughput:5%), got {text!r}")
+        metric, pct = m.group(1), float(m.group(2))
+        if metric not in METRICS:
+            raise CheckError(
+                f"--fail metric {metric!r} unknown; choose one of: {', '.join(METRICS)}"
+            )
+        return cls(metric, pct / 100)
+
+    def fails(self, row: dict[str, Any]) -> str | None:
+        change = row.get(f"{self.metric} change")
+        if change is None or pd.isna(change) or not row.get(f"{self.metric} significant"):
+            return None
+        higher_better = METRICS[self.metric][1]
+        worse_by = -change if higher_better else change
+        if worse_by > self.limit:
+            return (
+                f"{row['comparison']} {row['engine']} np={row['workers']}: {self.metric} "
+                f"{change:+.1%} (significant; limit {self.limit:.0%})"
+            )
+        return None
+
+
+def _frame(recs: list[dict[str, Any]]) -> pd.DataFrame:
+    df = report.frame(recs)
+    if df.empty:
+        return df
+    df = df[(df["status"] == "ok") & df["grad_sync"].astype(bool)].copy()
+    df["step_p50"] = [float(np.median(s)) if len(s) else np.nan for s in df["step_times"]]
+    return df
+
+
+def diff(
+    base: list[dict[str, Any]], new: list[dict[str, Any]], min_effect: float = DEFAULT_MIN_EFFECT
+) -> pd.DataFrame:
+    """One row per cell present in both sets: medians, relative change, significance."""
+    b, n = _frame(base), _frame(new)
+    if b.empty or n.empty:
+        return pd.DataFrame()
+    rows = []
+    keys = ["group", "engine", "workers"]
+    for key, bcell in b.groupby(keys):
+        ncell = n[(n["group"] == key[0]) & (n["engine"] == key[1]) & (n["workers"] == key[2])]
+        if ncell.empty:
+            continue
+        row: dict[str, Any] = {
+            "comparison": f"{bcell['model'].iloc[0]}/{bcell['dataset'].iloc[0]} ({key[0]})",
+            "engine": key[1],
+            "workers": int(key[2]),
+            "runs": f"{len(bcell)}/{len(ncell)}",
+        }
+        for metric, (col, _) in METRICS.items():
+            bv, nv = bcell[col].dropna().astype(float), ncell[col].dropna().astype(float)
+            if bv.empty or nv.empty or float(np.median(bv)) == 0:
+                continue
+            est = stats.bootstrap_ratio(nv.tolist(), bv.tolist())
+            change = est.value - 1
+            sig = (
+                est.low is not None
+                and est.high is not None
+                and (est.low > 1 or est.high < 1)
+                and abs(change) >= min_effect
+            )
+            row[f"{metric} base"] = float(np.median(bv))
+            row[f"{metric} new"] = float(np.median(nv))
+            row[f"{metric} change"] = change
+            row[f"{metric} significant"] = bool(sig)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def render(df: pd.DataFrame, markdown: bool = False) -> str:
+    """The diff as a compact table (Markdown for a pull-request comment)."""
+    shown = pd.DataFrame(
+        {
+            "comparison": df["comparison"],
+            "engine": df["engine"],
+            "workers": df["workers"],
+            "runs base/new": df["runs"],
+        }
+    )
+    for metric in METRICS:
+        if f"{metric} change" not in df:
+            continue
+        fmt = "{:,.4g}"
+        shown[metric] = [
+            "-"
+            if pd.isna(c)
+            else f"{fmt.format(b)} -> {fmt.format(n)} ({c:+.1%}){' *' if s else ''}"
+            for b, n, c, s in zip(
+                df[f"{metric} base"],
+                df[f"{metric} new"],
+                df[f"{metric} change"],
+                df[f"{metric} significant"].fillna(False),
+                strict=True,
+            )
+        ]
+    legend = "* significant: 95% bootstrap interval of NEW/BASE excludes 1 and |change| >= minimum effect"
+    if markdown:
+        return shown.to_markdown(index=False) + "\n\n" + legend
+    return shown.to_string(index=False) + "\n" + legend
