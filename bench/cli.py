@@ -98,6 +98,9 @@ def _parser() -> argparse.ArgumentParser:
         "compare the sets cell by cell, unless --tables",
     )
     cmp_.add_argument(
+        "--out", metavar="DIR", help="also write the report to DIR/report.<format> (html: one file)"
+    )
+    cmp_.add_argument(
         "--tables", action="store_true", help="with two paths: one set of tables over both"
     )
     cmp_.add_argument(
@@ -114,7 +117,9 @@ def _parser() -> argparse.ArgumentParser:
         default=0.03,
         help="BASE NEW mode: smallest relative change called significant (default: 0.03)",
     )
-    cmp_.add_argument("--format", choices=["text", "markdown", "csv", "json"], default="text")
+    cmp_.add_argument(
+        "--format", choices=["text", "markdown", "csv", "json", "html"], default="text"
+    )
     cmp_.add_argument(
         "--target-accuracy",
         type=float,
@@ -206,54 +211,81 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_compare(
-    paths: Sequence[str], fmt: str, sources: bool, target: float = report.DEFAULT_TARGET
-) -> int:
-    loaded = records.load(paths)
-    for problem in loaded.problems:
-        print(f"skipped: {problem}", file=sys.stderr)
-    comps = report.compare(loaded.records, target)
+def render_compare(loaded: records.Loaded, fmt: str, target: float) -> str | None:
+    """The comparison of `loaded` in one format; None when nothing is comparable."""
     from bench import collectives
 
+    comps = report.compare(loaded.records, target)
     coll = collectives.tables(loaded.records)
     if not comps and not coll:
-        print(
-            f"no readable records under {', '.join(paths)}; run `bench run` or a runner first",
-            file=sys.stderr,
-        )
-        return 1
+        return None
+    if fmt == "html":
+        from bench import html
+
+        return html.render(loaded.records, loaded.problems, target)
+    out: list[str] = []
     if fmt == "json":
-        out = [
+        data = [
             {
                 "title": c.title,
                 "group": c.group,
                 "sections": {
-                    name: json.loads(df.to_json(orient="records"))
-                    for name, df in c.sections.items()
+                    n: json.loads(df.to_json(orient="records")) for n, df in c.sections.items()
                 },
                 "notes": c.notes,
             }
             for c in comps
         ]
-        print(json.dumps(out, indent=1))
-    elif fmt == "markdown":
-        for c in comps:
-            print(f"### {c.title}\n")
-            for name, df in c.sections.items():
-                if not df.empty:
-                    print(f"**{name}**\n\n{report.formatted(df).to_markdown(index=False)}\n")
-            print("\n".join(f"- {n}" for n in c.notes) + "\n")
+        out.append(json.dumps(data, indent=1))
     elif fmt == "csv":
         for c in comps:
             for name, df in c.sections.items():
-                print(df.assign(comparison=c.title, section=name).to_csv(index=False), end="")
-    else:
+                out.append(df.assign(comparison=c.title, section=name).to_csv(index=False))
+    elif fmt == "markdown":
         for c in comps:
-            print(report.render_text(c))
-            print()
+            out.append(f"### {c.title}\n")
+            for name, df in c.sections.items():
+                if not df.empty:
+                    out.append(f"**{name}**\n\n{report.formatted(df).to_markdown(index=False)}\n")
+            out.append("\n".join(f"- {n}" for n in c.notes) + "\n")
+    else:
+        out.extend(report.render_text(c) + "\n" for c in comps)
         if coll:
-            print(collectives.render_text(coll))
-            print()
+            out.append(collectives.render_text(coll) + "\n")
+    return "\n".join(out)
+
+
+_SUFFIX = {"text": "txt", "markdown": "md", "csv": "csv", "json": "json", "html": "html"}
+
+
+def _print_compare(
+    paths: Sequence[str],
+    fmt: str,
+    sources: bool,
+    target: float = report.DEFAULT_TARGET,
+    out_dir: str | None = None,
+) -> int:
+    loaded = records.load(paths)
+    for problem in loaded.problems:
+        print(f"skipped: {problem}", file=sys.stderr)
+    text = render_compare(loaded, fmt, target)
+    if text is None:
+        print(
+            f"no readable records under {', '.join(paths)}; run `bench run` or a runner first",
+            file=sys.stderr,
+        )
+        return 1
+    if out_dir:
+        target_file = Path(out_dir) / f"report.{_SUFFIX[fmt]}"
+        try:
+            target_file.parent.mkdir(parents=True, exist_ok=True)
+            target_file.write_text(text)
+        except OSError as exc:
+            print(f"error: cannot write {target_file}: {exc.strerror}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        print(f"wrote {target_file}", file=sys.stderr)
+    if fmt != "html" or not out_dir:
+        print(text)
     if sources:
         cols = [
             "group",
@@ -278,7 +310,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.fail:
         print("error: --fail needs exactly two paths, BASE and NEW", file=sys.stderr)
         return EXIT_BAD_INPUT
-    return _print_compare(args.paths, args.format, args.sources, args.target_accuracy)
+    return _print_compare(args.paths, args.format, args.sources, args.target_accuracy, args.out)
 
 
 def _diff(args: argparse.Namespace) -> int:

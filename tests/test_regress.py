@@ -1,0 +1,118 @@
+"""bench compare BASE NEW: matching, significance, direction of metrics, --fail exit codes."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import records, regress
+from tests.conftest import ROOT
+
+GOLDEN = Path(__file__).parent / "data" / "golden.jsonl"
+
+
+def _golden() -> list[dict[str, Any]]:
+    return records.load([GOLDEN]).records
+
+
+def _scaled(
+    recs: list[dict[str, Any]], throughput: float = 1.0, step: float = 1.0
+) -> list[dict[str, Any]]:
+    out = copy.deepcopy(recs)
+    for r in out:
+        if r.get("throughput"):
+            r["throughput"] *= throughput
+        r["step_times_s"] = [[t * step for t in rank] for rank in r.get("step_times_s", [])]
+    return out
+
+
+def _write(path: Path, recs: list[dict[str, Any]]) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    for r in recs:
+        records.append(path, {k: v for k, v in r.items() if k != "_source"})
+    return path
+
+
+@pytest.mark.parametrize(
+    ("text", "metric", "limit"),
+    [("throughput:5%", "throughput", 0.05), (" accuracy : 0.5 % ", "accuracy", 0.005)],
+)
+def test_checks_parse(text: str, metric: str, limit: float) -> None:
+    check = regress.RegressionCheck.parse(text)
+    assert (check.metric, check.limit) == (metric, pytest.approx(limit))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"), [("throughput=5", "METRIC:N%"), ("speed:5%", "unknown")]
+)
+def test_bad_checks_are_named(text: str, message: str) -> None:
+    with pytest.raises(regress.CheckError, match=message):
+        regress.RegressionCheck.parse(text)
+
+
+def test_identical_sets_show_no_significant_change() -> None:
+    df = regress.diff(_golden(), _golden())
+    assert len(df) == 4  # ddp/horovod x 1/2 workers; the timed-out paddle cell has no ok runs
+    assert (df["throughput change"] == 0).all() and not df["throughput significant"].any()
+
+
+def test_planted_drop_is_significant_and_fails_the_check() -> None:
+    df = regress.diff(_golden(), _scaled(_golden(), throughput=0.8))
+    row = df.set_index(["engine", "workers"]).loc[("ddp", 2)]
+    assert row["throughput change"] == pytest.approx(-0.2)
+    assert row["throughput significant"]
+    check = regress.RegressionCheck.parse("throughput:5%")
+    assert all(check.fails(r) for r in df.to_dict("records"))
+    assert not any(
+        regress.RegressionCheck.parse("throughput:25%").fails(r) for r in df.to_dict("records")
+    )
+
+
+def test_direction_of_metrics() -> None:
+    faster = regress.diff(_golden(), _scaled(_golden(), throughput=1.2)).to_dict("records")
+    assert not any(regress.RegressionCheck.parse("throughput:5%").fails(r) for r in faster)
+    slower_steps = regress.diff(_golden(), _scaled(_golden(), step=1.5)).to_dict("records")
+    assert all(regress.RegressionCheck.parse("step_p50:10%").fails(r) for r in slower_steps)
+    quicker_steps = regress.diff(_golden(), _scaled(_golden(), step=0.5)).to_dict("records")
+    assert not any(regress.RegressionCheck.parse("step_p50:10%").fails(r) for r in quicker_steps)
+
+
+def test_small_changes_are_not_significant() -> None:
+    df = regress.diff(_golden(), _scaled(_golden(), throughput=0.99))
+    assert not df["throughput significant"].any()  # below the 3% minimum effect
+
+
+def _bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bench.cli", "compare", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+
+
+def test_cli_exit_codes_and_markdown(tmp_path: Path) -> None:
+    base = _write(tmp_path / "base", _golden())
+    same = _write(tmp_path / "same", _golden())
+    drop = _write(tmp_path / "drop", _scaled(_golden(), throughput=0.8))
+    ok = _bench(str(base), str(same), "--fail", "throughput:5%")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    bad = _bench(str(base), str(drop), "--fail", "throughput:5%", "--format", "markdown")
+    assert bad.returncode == 1
+    assert "REGRESSION:" in bad.stderr and "throughput -20.0%" in bad.stderr
+    assert bad.stdout.startswith("| comparison") and "(-20.0%) *" in bad.stdout
+    js = _bench(str(base), str(drop), "--format", "json")
+    assert js.returncode == 0  # no --fail: report only
+    assert json.loads(js.stdout)[0]["throughput change"] == pytest.approx(-0.2)
+
+
+def test_cli_refuses_fail_without_two_sets(tmp_path: Path) -> None:
+    proc = _bench(str(GOLDEN), "--fail", "throughput:5%", "--tables")
+    assert proc.returncode == 2 and "--fail needs exactly two paths" in proc.stderr
