@@ -142,6 +142,15 @@ def _parser() -> argparse.ArgumentParser:
     coll.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per cell")
     coll.add_argument("--results", default="results")
 
+    exp = sub.add_parser("export", help="write records in another tool's format")
+    exp.add_argument("paths", nargs="*", default=["results"], help="result files or directories")
+    exp.add_argument(
+        "--pytest-benchmark",
+        metavar="FILE",
+        required=True,
+        help="pytest-benchmark JSON, readable by `pytest-benchmark compare FILE`",
+    )
+
     sub.add_parser("models", help="list the reference models")
     return parser
 
@@ -371,6 +380,21 @@ def cmd_collectives(args: argparse.Namespace) -> int:
     return 0 if all(s == records.Status.OK for s in statuses) else 1
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from bench import export
+
+    loaded = records.load(args.paths)
+    for problem in loaded.problems:
+        print(f"skipped: {problem}", file=sys.stderr)
+    try:
+        n = export.write(loaded.records, args.pytest_benchmark)
+    except OSError as exc:
+        print(f"error: cannot write {args.pytest_benchmark}: {exc.strerror}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(f"wrote {n} benchmarks to {args.pytest_benchmark}", file=sys.stderr)
+    return 0 if n else 1
+
+
 def cmd_models(_: argparse.Namespace) -> int:
     for name in models.names():
         m = models.get(name)
@@ -386,6 +410,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "run": cmd_run,
         "compare": cmd_compare,
         "collectives": cmd_collectives,
+        "export": cmd_export,
         "models": cmd_models,
     }
     return handlers[args.command](args)

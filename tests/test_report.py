@@ -122,3 +122,34 @@ def test_cli_with_nothing_readable(tmp_path: Path) -> None:
         timeout=120,
     )
     assert proc.returncode == 1 and "no readable records" in proc.stderr
+
+
+def test_export_is_read_by_pytest_benchmark(tmp_path: Path) -> None:
+    out = tmp_path / "sweep.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.cli", "export", str(GOLDEN), "--pytest-benchmark", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    names = {b["name"] for b in data["benchmarks"]}
+    assert names == {
+        "train_step[mlp-digits-ddp-np1]",
+        "train_step[mlp-digits-ddp-np2]",
+        "train_step[mlp-digits-horovod-np1]",
+        "train_step[mlp-digits-horovod-np2]",
+    }
+    ddp2 = next(b for b in data["benchmarks"] if b["name"] == "train_step[mlp-digits-ddp-np2]")
+    assert ddp2["stats"]["rounds"] == 9 and ddp2["stats"]["median"] == pytest.approx(0.02)
+    assert ddp2["extra_info"]["engine"] == "ddp" and ddp2["extra_info"]["records"]
+    # pytest-benchmark's own compare command reads it
+    cmp_ = subprocess.run(
+        [sys.executable, "-m", "pytest_benchmark", "compare", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert cmp_.returncode == 0, cmp_.stderr
+    assert "train_step[mlp-digits-ddp-np2]" in cmp_.stdout

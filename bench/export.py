@@ -1,0 +1,117 @@
+"""`bench export --pytest-benchmark FILE`: records in pytest-benchmark's JSON format.
+
+One benchmark per cell (comparison, engine, workers); its "rounds" are the
+training steps of every ok run of that cell, each step's time being the slowest
+rank's (a data-parallel step is done when every rank is). `pytest-benchmark
+compare FILE ...` then reads sweeps like its own runs.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench import env as benv
+from bench import records, report
+
+FORMAT_VERSION = "5.1.0"  # the pytest-benchmark JSON layout written here
+
+
+def _stats(data: np.ndarray) -> dict[str, Any]:
+    q1, median, q3 = np.percentile(data, [25, 50, 75])
+    iqr = q3 - q1
+    mean, std = float(data.mean()), float(data.std(ddof=1)) if data.size > 1 else 0.0
+    low, high = q1 - 1.5 * iqr, q3 + 1.5 * iqr
+    inside = data[(data >= low) & (data <= high)]
+    return {
+        "min": float(data.min()),
+        "max": float(data.max()),
+        "mean": mean,
+        "stddev": std,
+        "rounds": int(data.size),
+        "median": float(median),
+        "iqr": float(iqr),
+        "q1": float(q1),
+        "q3": float(q3),
+        "iqr_outliers": int(data.size - inside.size),
+        "stddev_outliers": int(np.sum(np.abs(data - mean) > std)),
+        "outliers": f"{int(np.sum(np.abs(data - mean) > std))};{int(data.size - inside.size)}",
+        "ld15iqr": float(inside.min()) if inside.size else float(data.min()),
+        "hd15iqr": float(inside.max()) if inside.size else float(data.max()),
+        "ops": 1.0 / mean if mean > 0 else 0.0,
+        "total": float(data.sum()),
+        "iterations": 1,
+    }
+
+
+def to_pytest_benchmark(recs: list[dict[str, Any]]) -> dict[str, Any]:
+    cells: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    for r in recs:
+        if r.get("status") != records.Status.OK or r.get("kind", "train") != "train":
+            continue
+        spec = r.get("spec") or {}
+        if not spec.get("grad_sync", True):
+            continue
+        cells.setdefault((report._group_key(spec), r["engine"], int(r["world_size"])), []).append(r)
+    benchmarks = []
+    for (group, engine, workers), runs in sorted(cells.items()):
+        steps = np.concatenate(
+            [np.asarray(r["step_times_s"], dtype=float).max(axis=0) for r in runs]
+        )
+        spec = runs[0]["spec"]
+        name = f"train_step[{spec['model']}-{spec['dataset']}-{engine}-np{workers}]"
+        benchmarks.append(
+            {
+                "group": f"{spec['model']}/{spec['dataset']} ({group})",
+                "name": name,
+                "fullname": f"bench::{group}::{name}",
+                "params": {"engine": engine, "workers": workers},
+                "param": f"{engine}-np{workers}",
+                "extra_info": {
+                    "engine": engine,
+                    "workers": workers,
+                    "model": spec["model"],
+                    "dataset": spec["dataset"],
+                    "global_batch": runs[0].get("global_batch"),
+                    "samples_per_s_median": float(np.median([r["throughput"] for r in runs])),
+                    "versions": (runs[0].get("env") or {}).get("libraries", {}),
+                    "records": [r.get("_source") for r in runs],
+                },
+                "options": {
+                    "disable_gc": False,
+                    "timer": "perf_counter",
+                    "min_rounds": 1,
+                    "max_time": 0.0,
+                    "min_time": 0.0,
+                    "warmup": False,
+                },
+                "stats": _stats(steps),
+            }
+        )
+    env = (recs[0].get("env") or {}) if recs else {}
+    return {
+        "machine_info": {
+            "node": env.get("hostname"),
+            "processor": env.get("cpu"),
+            "cpu": {"brand_raw": env.get("cpu"), "count": env.get("cpu_count")},
+            "python_version": env.get("python"),
+            "machine": benv.machine_key(env),
+        },
+        "commit_info": {
+            "id": (env.get("git") or {}).get("commit"),
+            "dirty": (env.get("git") or {}).get("dirty"),
+        },
+        "benchmarks": benchmarks,
+        "datetime": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "version": FORMAT_VERSION,
+    }
+
+
+def write(recs: list[dict[str, Any]], path: str | Path) -> int:
+    data = to_pytest_benchmark(recs)
+    Path(path).write_text(json.dumps(data, indent=1))
+    return len(data["benchmarks"])

@@ -1,0 +1,105 @@
+"""Performance regression checks (pytest-benchmark).
+
+In the normal test run these execute once each (--benchmark-disable) as smoke
+tests; `scripts/perf.sh` times them for real and compares with the committed
+baseline. Every benchmark stores engine, model and versions in extra_info.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import models
+from bench import data, env, records, report
+from bench.spec import Engine, RunSpec
+from runners.engines.base import EngineAdapter
+from runners.protocol import _load_adapter
+
+GOLDEN = Path(__file__).parent.parent / "data" / "golden.jsonl"
+
+
+def test_calibration(benchmark: Any) -> None:
+    """A fixed numpy workload: divide other medians by this one to compare across machines."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((256, 256)).astype(np.float32)
+    benchmark.extra_info.update(
+        {"engine": "numpy", "model": "matmul256", "versions": env.library_versions()}
+    )
+    benchmark(lambda: a @ a)
+
+
+@pytest.fixture(scope="module", params=[e.value for e in Engine])
+def engine_adapter(request: pytest.FixtureRequest) -> Iterator[EngineAdapter]:
+    """One in-process adapter per engine at world size 1 (no launcher)."""
+    env.set_thread_env(1)
+    adapter = _load_adapter(Engine(request.param))(RunSpec(threads=1))
+    adapter.init()
+    yield adapter
+    adapter.shutdown()
+
+
+@pytest.mark.parametrize("model_name", ["mlp", "lenet"])
+def test_train_step(benchmark: Any, engine_adapter: EngineAdapter, model_name: str) -> None:
+    ds = data.load_digits(seed=0, test_fraction=0.2)
+    model = models.get(model_name)
+    engine_adapter.spec = RunSpec(model=model_name, threads=1)
+    engine_adapter.build(
+        model, models.init_weights(model, ds.input_shape, 10, 0), ds.input_shape, 10
+    )
+    batch = engine_adapter.to_batch(ds.train_x[:32], ds.train_y[:32])
+
+    def step() -> None:
+        engine_adapter.train_step(batch, 0.01)
+        engine_adapter.synchronize()
+
+    benchmark.extra_info.update(
+        {
+            "engine": engine_adapter.engine.value,
+            "model": model_name,
+            "batch": 32,
+            "versions": env.library_versions(),
+        }
+    )
+    benchmark(step)
+
+
+@pytest.fixture(scope="module")
+def many_records(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """10,000 records (the golden ones, varied) in one JSON Lines file."""
+    base = [r for r in records.load([GOLDEN]).records if r["status"] == "ok"]
+    path = tmp_path_factory.mktemp("many") / "runs.jsonl"
+    rng = np.random.default_rng(0)
+    with open(path, "w") as fh:
+        for i in range(10_000):
+            r = copy.deepcopy(base[i % len(base)])
+            r.pop("_source", None)
+            r["run_id"] = f"r{i}"
+            r["spec"]["seed"] = i % 50
+            r["throughput"] *= float(rng.uniform(0.9, 1.1))
+            fh.write(json.dumps(r) + "\n")
+    return path
+
+
+def test_load_10k_records(benchmark: Any, many_records: Path) -> None:
+    benchmark.extra_info.update(
+        {"engine": "-", "model": "-", "records": 10_000, "versions": env.library_versions()}
+    )
+    loaded = benchmark(records.load, [many_records])
+    assert len(loaded.records) == 10_000 and not loaded.problems
+
+
+def test_compare_10k_records(benchmark: Any, many_records: Path) -> None:
+    recs = records.load([many_records]).records
+    benchmark.extra_info.update(
+        {"engine": "-", "model": "-", "records": 10_000, "versions": env.library_versions()}
+    )
+    comps = benchmark(report.compare, recs)
+    synced = sum(1 for r in recs if r["spec"]["grad_sync"])
+    assert sum(int(c.sections["throughput"]["runs"].sum()) for c in comps) == synced
