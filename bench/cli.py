@@ -289,6 +289,11 @@ def _print_compare(
         try:
             target_file.parent.mkdir(parents=True, exist_ok=True)
             target_file.write_text(text)
+            if fmt == "html":
+                from bench import html
+
+                for i, png in enumerate(html.FIGURES, start=1):
+                    (target_file.parent / f"figure-{i}.png").write_bytes(png)
         except OSError as exc:
             print(f"error: cannot write {target_file}: {exc.strerror}", file=sys.stderr)
             return EXIT_BAD_INPUT

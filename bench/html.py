@@ -36,12 +36,17 @@ def _esc(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
+# PNG bytes of every figure drawn by the last render(), in page order (for --out).
+FIGURES: list[bytes] = []
+
+
 def _png(fig: Any) -> str:
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
     plt.close(fig)
+    FIGURES.append(buf.getvalue())
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
@@ -174,6 +179,7 @@ def render(
     target: float = report.DEFAULT_TARGET,
 ) -> str:
     """The whole report as one HTML string."""
+    FIGURES.clear()
     comps = report.compare(recs, target)
     body = ["<h1>Data-parallel training engines compared</h1>", _header(recs, problems)]
     for comp in comps:
