@@ -79,6 +79,30 @@ def git_info(root: Path | None = None) -> dict[str, Any]:
     return {"commit": commit, "dirty": bool(status) if status is not None else None}
 
 
+def gpus() -> list[dict[str, str]]:
+    """GPU model and driver per device, from nvidia-smi when it exists; [] on CPU machines."""
+    import shutil
+
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return []
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=15,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    rows = []
+    for line in out.stdout.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 3:
+            rows.append({"name": parts[0], "driver": parts[1], "memory": parts[2]})
+    return rows
+
+
 def environment() -> dict[str, Any]:
     """Machine, software and behaviour-changing variables of this process."""
     return {
@@ -87,6 +111,7 @@ def environment() -> dict[str, Any]:
         "python": platform.python_version(),
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
+        "gpus": gpus(),
         "libraries": library_versions(),
         "git": git_info(),
         "env_vars": {
@@ -98,4 +123,5 @@ def environment() -> dict[str, Any]:
 
 def machine_key(env: dict[str, Any]) -> str:
     """Short label of the hardware a record ran on, for warnings across machines."""
-    return f"{env.get('cpu', '?')} x{env.get('cpu_count', '?')}"
+    gpu = "; ".join(sorted({g.get("name", "?") for g in env.get("gpus") or []}))
+    return f"{env.get('cpu', '?')} x{env.get('cpu_count', '?')}" + (f" + {gpu}" if gpu else "")
