@@ -318,7 +318,7 @@ def main(engine: Engine, argv: Sequence[str] | None = None) -> int:
 
     try:
         adapter.init()
-    except SpecError as exc:
+    except (SpecError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     record = records.new_record(

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from bench.checks import InputError
 from bench.spec import Device, Engine, Optimizer, Precision, RunSpec, SpecError
 from models.base import ModelDef, Shape, Weights
 from runners.engines.base import EngineAdapter
@@ -265,7 +266,13 @@ class HorovodAdapter(TorchAdapter):
             os.environ["HOROVOD_CYCLE_TIME"] = self.options["cycle_time_ms"]
         if self.autotune:
             os.environ["HOROVOD_AUTOTUNE"] = "1"
-        import horovod.torch as hvd
+        try:
+            import horovod.torch as hvd
+        except ImportError as exc:  # e.g. Horovod installed without its PyTorch extension
+            raise InputError(
+                f"engine horovod cannot start: {exc}. Run scripts/setup.sh, which builds Horovod "
+                "with PyTorch and Gloo support"
+            ) from None
 
         if not hvd.gloo_built() and self.spec.device is Device.CPU:
             raise RuntimeError(
