@@ -8,7 +8,8 @@ Order of work, and why:
 2. Threads are set before a framework is imported (the adapter module is
    imported only then), identically for every engine.
 3. Each rank times only its own training steps (device-synchronised), after
-   `warmup_steps`; data conversion and evaluation are outside the timed region.
+   `warmup_steps`; each epoch's batches are prepared before its loop, losses
+   are read back after it, and evaluation is outside the timed region.
    Losses, timings and fingerprints are exchanged once per epoch and once at the
    end, never inside a timed step.
 4. Rank 0 appends one record; a failure after start-up is recorded as failed.
@@ -282,8 +283,9 @@ def train(
             "step_times_s": step_times.tolist(),
             "throughput": per * world * n_timed / float(per_rank_total.max()),
             "per_rank_throughput": (per * n_timed / per_rank_total).tolist(),
-            # the same samples over the loop's wall time, so harness overhead between steps
-            # (batch slicing, loss read-back, bookkeeping) counts against it
+            # the same samples over the timed loop's wall time, so whatever the harness does
+            # between steps counts against it (compared with hand-written loops in
+            # tests/benchmarks/overhead.py)
             "loop_throughput": per * world * n_timed / float(usage[:, 3].max()),
             "epochs": epochs,
             "step_losses": step_losses,
