@@ -116,3 +116,41 @@ def test_cli_exit_codes_and_markdown(tmp_path: Path) -> None:
 def test_cli_refuses_fail_without_two_sets(tmp_path: Path) -> None:
     proc = _bench(str(GOLDEN), "--fail", "throughput:5%", "--tables")
     assert proc.returncode == 2 and "--fail needs exactly two paths" in proc.stderr
+
+
+@pytest.mark.distributed
+def test_real_rerun_of_the_same_code_passes(tmp_path: Path) -> None:
+    """Two real sweeps of identical code: noise must not trip the documented 25% limit."""
+    sweep = [
+        sys.executable,
+        "-m",
+        "bench.cli",
+        "run",
+        "--engines",
+        "ddp",
+        "--workers",
+        "1",
+        "--models",
+        "mlp",
+        "--repeats",
+        "3",
+        "--max-steps",
+        "150",
+        "--warmup-steps",
+        "20",
+        "--seed-mode",
+        "fixed",
+        "--no-compare",
+    ]
+    for name in ("base", "new"):
+        proc = subprocess.run(
+            [*sweep, "--results", str(tmp_path / name)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=ROOT,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = _bench(str(tmp_path / "base"), str(tmp_path / "new"), "--fail", "throughput:25%")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "ddp" in proc.stdout and "runs base/new" in proc.stdout
