@@ -99,6 +99,7 @@ def frame(recs: Iterable[dict[str, Any]], target: float = DEFAULT_TARGET) -> pd.
                 "twin_group": _group_key(twin),
                 "title": _title(spec),
                 "throughput": r.get("throughput"),
+                "train_flops": ((r.get("flops_per_sample") or {}).get("train") or np.nan),
                 "rank_throughput": r.get("per_rank_throughput") or [],
                 "step_times": [t for rank in r.get("step_times_s") or [] for t in rank],
                 "final_accuracy": r.get("final_accuracy"),
@@ -180,6 +181,8 @@ def _rank_rows(gdf: pd.DataFrame) -> pd.DataFrame:
                 "rank max/s": float(np.median(per_rank[1])) if per_rank[1].size else np.nan,
                 "step p50 ms": float(np.percentile(steps, 50) * 1e3) if steps.size else np.nan,
                 "step p95 ms": float(np.percentile(steps, 95) * 1e3) if steps.size else np.nan,
+                # achieved compute: median throughput x training FLOPs per sample
+                "GFLOP/s": float(cell["throughput"].median() * cell["train_flops"].iloc[0] / 1e9),
                 "peak RSS MB": float(cell["peak_rss_mb"].max()),
                 "CPU util": float(cell["cpu_util"].mean()),
             }
@@ -334,6 +337,7 @@ _FORMATS = {
     "rank median/s": "{:,.0f}",
     "rank max/s": "{:,.0f}",
     "step p50 ms": "{:.2f}",
+    "GFLOP/s": "{:.2f}",
     "step p95 ms": "{:.2f}",
     "peak RSS MB": "{:,.0f}",
     "CPU util": "{:.2f}",

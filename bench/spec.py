@@ -49,6 +49,13 @@ class LRSchedule(str, enum.Enum):
     COSINE = "cosine"  # cosine decay from the peak to zero over the remaining steps
 
 
+class BNBuffers(str, enum.Enum):
+    """What happens to BatchNorm running statistics across ranks, for every engine alike."""
+
+    LOCAL = "local"  # each rank keeps its own (Horovod's and Paddle's behaviour)
+    BROADCAST = "broadcast"  # rank 0's are broadcast before every forward (DDP's default)
+
+
 class Precision(str, enum.Enum):
     FP32 = "fp32"
     FP16 = "fp16"
@@ -97,6 +104,11 @@ class RunSpec:
     # replica): the compute-only twin from which `bench compare` derives the share
     # of a step spent in communication that computation does not hide.
     grad_sync: bool = True
+    # BatchNorm, where engines quietly differ: momentum in torch's convention (paddle's
+    # is 1 - m), epsilon, and the running statistics across ranks.
+    bn_momentum: float = 0.1
+    bn_eps: float = 1e-5
+    bn_buffers: BNBuffers = BNBuffers.LOCAL
     test_fraction: float = 0.2
     synthetic_samples: int = 2048
 
@@ -193,6 +205,12 @@ class RunSpec:
             raise SpecError(f"weight_decay must be >= 0, got {self.weight_decay}")
         if not 0 < self.test_fraction < 1:
             raise SpecError(f"test_fraction must be in (0, 1), got {self.test_fraction}")
+        if not 0 < self.bn_momentum < 1:
+            raise SpecError(
+                f"bn_momentum must be in (0, 1) (torch's convention), got {self.bn_momentum}"
+            )
+        if self.bn_eps <= 0:
+            raise SpecError(f"bn_eps must be > 0, got {self.bn_eps}")
         if self.bucket_mb <= 0:
             raise SpecError(f"bucket_mb must be > 0, got {self.bucket_mb}")
         if self.optimizer is Optimizer.ADAM and self.momentum not in (0.0, 0.9):
@@ -251,6 +269,8 @@ _FLAG_HELP = {
     "bucket_mb": "gradient bucket / fusion buffer size in MB, applied to every engine",
     "threads": "intra-op threads per worker (OMP/MKL and the framework's own)",
     "grad_sync": "false: skip gradient averaging (compute-only twin for communication cost)",
+    "bn_momentum": "BatchNorm momentum, torch's convention (paddle gets 1 - m)",
+    "bn_buffers": "BatchNorm running statistics: local per rank, or broadcast from rank 0 each step",
 }
 
 

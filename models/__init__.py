@@ -15,8 +15,10 @@ from models.base import ModelDef, init_weights, weights_fingerprint
 # name -> module defining MODEL: a ModelDef. Imported lazily so that listing
 # models does not import a framework.
 _MODULES = {
-    "mlp": "models.mlp",
-    "lenet": "models.lenet",
+    "mlp": "models.mlp:MODEL",
+    "lenet": "models.lenet:MODEL",
+    "resnet18": "models.resnet:RESNET18",
+    "resnet50": "models.resnet:RESNET50",
 }
 
 
@@ -33,7 +35,8 @@ def get(name: str) -> ModelDef:
     """The model registered as `name`; an unknown name lists the known ones."""
     if name not in _MODULES:
         raise UnknownModelError(f"unknown model {name!r}; choose one of: {', '.join(names())}")
-    model: ModelDef = importlib.import_module(_MODULES[name]).MODEL
+    module, _, attr = _MODULES[name].partition(":")
+    model: ModelDef = getattr(importlib.import_module(module), attr)
     return model
 
 

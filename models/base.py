@@ -36,9 +36,14 @@ class ModelDef:
     default_batch: int
     synthetic_shape: Shape  # input shape used with the synthetic dataset
     param_shapes: Callable[[Shape, int], dict[str, tuple[Shape, int]]]
-    torch: Callable[[Shape, int], Any]
-    paddle: Callable[[Shape, int], Any]
+    torch: Callable[..., Any]  # (input_shape, classes, bn_momentum=, bn_eps=) -> nn.Module
+    paddle: Callable[..., Any]  # same arguments -> paddle.nn.Layer
     check_input: Callable[[Shape], None]
+    # name -> (shape, value) for tensors that start at a constant (BatchNorm scale,
+    # shift and running statistics)
+    constants: Callable[[Shape, int], dict[str, tuple[Shape, float]]] | None = None
+    # forward FLOPs per sample (2 per multiply-add); training is counted as 3x forward
+    flops: Callable[[Shape, int], int] | None = None
 
 
 def init_weights(model: ModelDef, input_shape: Shape, num_classes: int, seed: int) -> Weights:
@@ -54,6 +59,9 @@ def init_weights(model: ModelDef, input_shape: Shape, num_classes: int, seed: in
     for name, (shape, fan_in) in sorted(model.param_shapes(input_shape, num_classes).items()):
         bound = 1.0 / np.sqrt(fan_in)
         weights[name] = rng.uniform(-bound, bound, size=shape).astype(np.float32)
+    if model.constants is not None:
+        for name, (shape, value) in model.constants(input_shape, num_classes).items():
+            weights[name] = np.full(shape, value, dtype=np.float32)
     return weights
 
 

@@ -47,7 +47,7 @@ def param_shapes(input_shape: Shape, classes: int) -> dict[str, tuple[Shape, int
     }
 
 
-def build_torch(input_shape: Shape, classes: int) -> Any:
+def build_torch(input_shape: Shape, classes: int, **_: Any) -> Any:
     import torch
     from torch import nn
     from torch.nn import functional as F
@@ -71,7 +71,7 @@ def build_torch(input_shape: Shape, classes: int) -> Any:
     return LeNet()
 
 
-def build_paddle(input_shape: Shape, classes: int) -> Any:
+def build_paddle(input_shape: Shape, classes: int, **_: Any) -> Any:
     import paddle
     from paddle import nn
     from paddle.nn import functional as F
@@ -95,6 +95,14 @@ def build_paddle(input_shape: Shape, classes: int) -> Any:
     return LeNet()
 
 
+def flops(input_shape: Shape, classes: int) -> int:
+    _, h, w = input_shape
+    pad, flat = _geometry(input_shape)
+    h1, w1 = h + 2 * pad - K + 1, w + 2 * pad - K + 1
+    h2, w2 = h1 // 2 + 2 * pad - K + 1, w1 // 2 + 2 * pad - K + 1
+    return 2 * (C1 * K * K * h1 * w1 + C2 * C1 * K * K * h2 * w2 + flat * FC + FC * classes)
+
+
 MODEL = ModelDef(
     name="lenet",
     description="LeNet-5 style CNN (conv10-conv20-fc50) for 1-channel images",
@@ -105,4 +113,5 @@ MODEL = ModelDef(
     torch=build_torch,
     paddle=build_paddle,
     check_input=check_input,
+    flops=flops,
 )

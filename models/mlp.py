@@ -25,7 +25,7 @@ def param_shapes(input_shape: Shape, classes: int) -> dict[str, tuple[Shape, int
     return shapes
 
 
-def build_torch(input_shape: Shape, classes: int) -> Any:
+def build_torch(input_shape: Shape, classes: int, **_: Any) -> Any:
     import torch
     from torch import nn
 
@@ -47,7 +47,7 @@ def build_torch(input_shape: Shape, classes: int) -> Any:
     return MLP()
 
 
-def build_paddle(input_shape: Shape, classes: int) -> Any:
+def build_paddle(input_shape: Shape, classes: int, **_: Any) -> Any:
     import paddle
     from paddle import nn
 
@@ -74,6 +74,11 @@ def check_input(input_shape: Shape) -> None:
         raise ValueError(f"mlp needs a non-empty input, got shape {input_shape}")
 
 
+def flops(input_shape: Shape, classes: int) -> int:
+    dims = _dims(input_shape, classes)
+    return sum(2 * a * b for a, b in itertools.pairwise(dims))
+
+
 MODEL = ModelDef(
     name="mlp",
     description="MLP 128-64 on flattened input",
@@ -84,4 +89,5 @@ MODEL = ModelDef(
     torch=build_torch,
     paddle=build_paddle,
     check_input=check_input,
+    flops=flops,
 )

@@ -287,6 +287,14 @@ def train(
             # between steps counts against it (compared with hand-written loops in
             # tests/benchmarks/overhead.py)
             "loop_throughput": per * world * n_timed / float(usage[:, 3].max()),
+            "flops_per_sample": (
+                None
+                if model.flops is None
+                else {
+                    "forward": (f := model.flops(dataset.input_shape, dataset.num_classes)),
+                    "train": 3 * f,
+                }
+            ),
             "epochs": epochs,
             "step_losses": step_losses,
             "final_accuracy": epochs[-1]["test_accuracy"],

@@ -8,10 +8,23 @@ import pytest
 import models
 from bench.spec import RunSpec
 
+CASES = [
+    ("mlp", (1, 8, 8)),
+    ("mlp", (1, 28, 28)),
+    ("lenet", (1, 8, 8)),
+    ("lenet", (1, 28, 28)),
+    ("resnet18", (3, 32, 32)),
+    ("resnet50", (3, 64, 64)),
+]
 
-@pytest.mark.parametrize("name", models.names())
-@pytest.mark.parametrize("shape", [(1, 8, 8), (1, 28, 28)])
+
+def test_every_model_is_covered() -> None:
+    assert {name for name, _ in CASES} == set(models.names())
+
+
+@pytest.mark.parametrize(("name", "shape"), CASES)
 def test_torch_and_paddle_forward_agree(name: str, shape: tuple[int, ...]) -> None:
+    """Same numpy weights, same input: same logits (train mode, so BatchNorm uses batch stats)."""
     import paddle
     import torch
 
@@ -21,23 +34,36 @@ def test_torch_and_paddle_forward_agree(name: str, shape: tuple[int, ...]) -> No
     model = models.get(name)
     weights = models.init_weights(model, shape, 10, seed=7)
     assert all(w.dtype == np.float32 for w in weights.values())
-
-    x = np.random.default_rng(0).standard_normal((4, *shape)).astype(np.float32)
-    t = model.torch(shape, 10)
-    t.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()})
-    # The paddle adapter owns the [in, out] transposition; use it as the runner does.
     spec = RunSpec(model=name)
-    adapter = PaddleAdapter(spec)
-    adapter._parallel = False
-    adapter.build(model, weights, shape, 10)
-    out_t = t(torch.from_numpy(x)).detach().numpy()
-    out_p = adapter.layer(paddle.to_tensor(x)).numpy()
-    np.testing.assert_allclose(out_p, out_t, rtol=1e-5, atol=1e-5)
-    # reading the weights back gives the canonical layout, bit for bit
-    assert models.weights_fingerprint(adapter.state()) == models.weights_fingerprint(weights)
+    x = np.random.default_rng(0).standard_normal((4, *shape)).astype(np.float32)
+    # Each adapter owns its framework's loading (paddle's [in, out] Linear, BatchNorm
+    # buffer names, torch's step counter); use them as the runners do.
     torch_adapter = DDPAdapter(spec)
     torch_adapter._build_module(model, weights, shape, 10)
+    paddle_adapter = PaddleAdapter(spec)
+    paddle_adapter._parallel = False
+    paddle_adapter.build(model, weights, shape, 10)
+    # reading the weights back gives the canonical layout, bit for bit (before a
+    # train-mode forward updates BatchNorm's running statistics)
+    assert models.weights_fingerprint(paddle_adapter.state()) == models.weights_fingerprint(weights)
     assert models.weights_fingerprint(torch_adapter.state()) == models.weights_fingerprint(weights)
+    out_t = torch_adapter.module(torch.from_numpy(x)).detach().numpy()
+    out_p = paddle_adapter.layer(paddle.to_tensor(x)).numpy()
+    np.testing.assert_allclose(out_p, out_t, rtol=1e-4, atol=1e-4)
+
+
+def _flops(name: str, shape: tuple[int, ...], classes: int) -> int:
+    flops = models.get(name).flops
+    assert flops is not None
+    return flops(shape, classes)
+
+
+def test_flops_per_sample_match_published_counts() -> None:
+    # multiply-adds: ResNet-50 at 224x224 4.1 G (He et al.), ResNet-18 CIFAR 0.56 G
+    assert _flops("resnet50", (3, 224, 224), 1000) / 2 == pytest.approx(4.1e9, rel=0.02)
+    assert _flops("resnet18", (3, 32, 32), 10) / 2 == pytest.approx(0.556e9, rel=0.02)
+    lenet_macs = 10 * 25 * 24 * 24 + 20 * 250 * 8 * 8 + 320 * 50 + 500
+    assert _flops("lenet", (1, 28, 28), 10) / 2 == lenet_macs
 
 
 def test_init_depends_on_seed_only() -> None:

@@ -20,7 +20,7 @@ with warnings.catch_warnings():
     import paddle.distributed as dist
     import paddle.nn.functional as F
 
-from bench.spec import Device, Engine, Optimizer, Precision, SpecError
+from bench.spec import BNBuffers, Device, Engine, Optimizer, Precision, SpecError
 from models.base import ModelDef, Shape, Weights
 from runners.engines.base import EngineAdapter
 
@@ -58,6 +58,17 @@ class PaddleAdapter(EngineAdapter):
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.local_rank = int(os.environ.get("PADDLE_LOCAL_RANK", self.rank))
 
+    # paddle's names for BatchNorm running statistics vs the canonical (torch) ones
+    _BN_NAMES = (("running_mean", "_mean"), ("running_var", "_variance"))
+
+    @classmethod
+    def _rename(cls, key: str, to_paddle: bool) -> str:
+        for canonical, own in cls._BN_NAMES:
+            old, new = (canonical, own) if to_paddle else (own, canonical)
+            if key.endswith("." + old):
+                return key[: -len(old)] + new
+        return key
+
     def _linear_weights(self) -> set[str]:
         return {
             f"{name}.weight"
@@ -67,9 +78,12 @@ class PaddleAdapter(EngineAdapter):
 
     def build(self, model: ModelDef, weights: Weights, input_shape: Shape, classes: int) -> None:
         s = self.spec
-        self.layer = model.paddle(input_shape, classes)
+        self.layer = model.paddle(input_shape, classes, bn_momentum=s.bn_momentum, bn_eps=s.bn_eps)
         transposed = self._linear_weights()
-        state = {k: (v.T.copy() if k in transposed else v) for k, v in weights.items()}
+        state = {
+            self._rename(k, to_paddle=True): (v.T.copy() if k in transposed else v)
+            for k, v in weights.items()
+        }
         own = set(self.layer.state_dict())
         if own != set(state):
             raise RuntimeError(
@@ -103,6 +117,10 @@ class PaddleAdapter(EngineAdapter):
 
     def train_step(self, batch: Any, lr: float) -> Any:
         x, y = batch
+        if self.spec.bn_buffers is BNBuffers.BROADCAST and self._parallel:
+            # what DDP's broadcast_buffers does, done with paddle's collective
+            for buf in self.layer.buffers():
+                dist.broadcast(buf, src=0)
         self.optimizer.set_lr(lr)
         loss = F.cross_entropy(self.model(x), y)
         loss.backward()
@@ -126,7 +144,9 @@ class PaddleAdapter(EngineAdapter):
     def state(self) -> Weights:
         transposed = self._linear_weights()
         return {
-            k: (v.numpy().T.copy() if k in transposed else v.numpy().copy())
+            self._rename(k, to_paddle=False): (
+                v.numpy().T.copy() if k in transposed else v.numpy().copy()
+            )
             for k, v in self.layer.state_dict().items()
         }
 
@@ -183,6 +203,7 @@ class PaddleAdapter(EngineAdapter):
             "last_comm_buffer_size_mb": 1,
             "data_parallel_wrapper": self._parallel and self.spec.grad_sync,
             "grad_sync": self.spec.grad_sync,
+            "bn_buffers": self.spec.bn_buffers.value,
             "gradient_compression": "none",
         }
 

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.checks import InputError
-from bench.spec import Device, Engine, Optimizer, Precision, RunSpec, SpecError
+from bench.spec import BNBuffers, Device, Engine, Optimizer, Precision, RunSpec, SpecError
 from models.base import ModelDef, Shape, Weights
 from runners.engines.base import EngineAdapter
 
@@ -59,11 +59,19 @@ class TorchAdapter(EngineAdapter):
     def _build_module(
         self, model: ModelDef, weights: Weights, input_shape: Shape, classes: int
     ) -> None:
-        module = model.torch(input_shape, classes)
-        module.load_state_dict(
-            {k: torch.from_numpy(v.copy()) for k, v in weights.items()}, strict=True
+        module = model.torch(
+            input_shape, classes, bn_momentum=self.spec.bn_momentum, bn_eps=self.spec.bn_eps
         )
+        state = {k: torch.from_numpy(v.copy()) for k, v in weights.items()}
+        # torch's BatchNorm step counter is not part of the shared weights
+        for key, value in module.state_dict().items():
+            if key.endswith("num_batches_tracked"):
+                state[key] = torch.zeros_like(value)
+        module.load_state_dict(state, strict=True)
         self.module = module.to(self.device)
+        self._buffers = [
+            b for n, b in self.module.named_buffers() if not n.endswith("num_batches_tracked")
+        ]
 
     def to_batch(self, x: np.ndarray, y: np.ndarray) -> Any:
         return (
@@ -95,7 +103,11 @@ class TorchAdapter(EngineAdapter):
         return loss_sum, correct
 
     def state(self) -> Weights:
-        return {k: v.detach().cpu().numpy().copy() for k, v in self.module.state_dict().items()}
+        return {
+            k: v.detach().cpu().numpy().copy()
+            for k, v in self.module.state_dict().items()
+            if not k.endswith("num_batches_tracked")
+        }
 
     def save_native(self, stem: str) -> str:
         path = stem + ".pt"
@@ -165,7 +177,12 @@ class DDPAdapter(TorchAdapter):
         # DDP broadcasts rank 0's parameters and buffers in its constructor, and by
         # default re-broadcasts buffers every forward (recorded in knobs()).
         self.model = (
-            DDP(self.module, device_ids=ids, bucket_cap_mb=self.spec.bucket_mb)
+            DDP(
+                self.module,
+                device_ids=ids,
+                bucket_cap_mb=self.spec.bucket_mb,
+                broadcast_buffers=self.spec.bn_buffers is BNBuffers.BROADCAST,
+            )
             if self.spec.grad_sync
             else self.module
         )
@@ -208,7 +225,7 @@ class DDPAdapter(TorchAdapter):
     def knobs(self) -> dict[str, Any]:
         return {
             "bucket_cap_mb": self.spec.bucket_mb,
-            "broadcast_buffers": True,
+            "broadcast_buffers": self.spec.bn_buffers is BNBuffers.BROADCAST,
             "gradient_as_bucket_view": False,
             "find_unused_parameters": False,
             "gradient_compression": "none",
@@ -308,6 +325,13 @@ class HorovodAdapter(TorchAdapter):
             op=hvd.Adasum if self.adasum else hvd.Average,
         )
 
+    def train_step(self, batch: Any, lr: float) -> Any:
+        if self.spec.bn_buffers is BNBuffers.BROADCAST and self._buffers and self.world_size > 1:
+            # what DDP's broadcast_buffers does, done the Horovod way
+            for i, buf in enumerate(self._buffers):
+                self.hvd.broadcast_(buf, root_rank=0, name=f"bench.buffer.{i}")
+        return super().train_step(batch, lr)
+
     def allreduce_sum(self, arr: np.ndarray) -> np.ndarray:
         return self.hvd.allreduce(self._tensor(arr), op=self.hvd.Sum).cpu().numpy()
 
@@ -343,6 +367,7 @@ class HorovodAdapter(TorchAdapter):
             "cycle_time_ms": os.environ.get("HOROVOD_CYCLE_TIME", "default"),
             "gradient_compression": "none",
             "op": "adasum" if self.adasum else "average",
+            "bn_buffers": self.spec.bn_buffers.value,
             "autotune": self.autotune,
             "timeline": "timeline" in self.options,
             "grad_sync": self.spec.grad_sync,
