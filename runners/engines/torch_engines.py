@@ -9,6 +9,7 @@ trajectories comparable to float rounding.
 from __future__ import annotations
 
 import datetime
+import inspect
 import os
 import socket
 from typing import Any, ClassVar
@@ -16,6 +17,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from bench.checks import InputError
 from bench.spec import BNBuffers, Device, Engine, Optimizer, Precision, RunSpec, SpecError
@@ -143,6 +145,17 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _buffer_sync(every_forward: bool) -> dict[str, Any]:
+    """DDP's switch for re-broadcasting buffers each forward, under this torch's name for it.
+
+    torch 2.13 renamed `broadcast_buffers` to `forward_sync_buffers` (both still sync
+    once at construction); older releases only know the first.
+    """
+    params = inspect.signature(DDP.__init__).parameters
+    key = "forward_sync_buffers" if "forward_sync_buffers" in params else "broadcast_buffers"
+    return {key: every_forward}
+
+
 class DDPAdapter(TorchAdapter):
     engine = Engine.DDP
     launcher = "torchrun"
@@ -170,8 +183,6 @@ class DDPAdapter(TorchAdapter):
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
 
     def build(self, model: ModelDef, weights: Weights, input_shape: Shape, classes: int) -> None:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
         self._build_module(model, weights, input_shape, classes)
         ids = [self.local_rank] if self.spec.device is Device.CUDA else None
         # DDP broadcasts rank 0's parameters and buffers in its constructor, and by
@@ -181,7 +192,7 @@ class DDPAdapter(TorchAdapter):
                 self.module,
                 device_ids=ids,
                 bucket_cap_mb=self.spec.bucket_mb,
-                broadcast_buffers=self.spec.bn_buffers is BNBuffers.BROADCAST,
+                **_buffer_sync(self.spec.bn_buffers is BNBuffers.BROADCAST),
             )
             if self.spec.grad_sync
             else self.module
