@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -39,7 +40,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def run_engine(
     engine: Engine, nproc: int, args: list[str], results: Path, timeout: float = RUN_TIMEOUT_S
 ) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
-    """Run one engine through its launcher; return the process and the records it left."""
+    """Run one engine through its launcher; return the process and the records it left.
+
+    A launch that died at rendezvous on a port race (another process took the port
+    between choosing and binding it) wrote no record; it is retried once, since that
+    says nothing about the engine. Any other failure is returned as it is.
+    """
+    proc, recs = _run_engine_once(engine, nproc, args, results, timeout)
+    if proc.returncode != 0 and not recs and TRANSIENT.search(proc.stdout + proc.stderr):
+        print(f"retrying {engine.value} np={nproc} after a rendezvous port race")
+        proc, recs = _run_engine_once(engine, nproc, args, results, timeout)
+    return proc, recs
+
+
+TRANSIENT = re.compile(r"Address already in use|EADDRINUSE")
+
+
+def _run_engine_once(
+    engine: Engine, nproc: int, args: list[str], results: Path, timeout: float
+) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
     before = _count(results)
     argv = launch.launch_argv(
         engine,
