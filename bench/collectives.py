@@ -65,15 +65,7 @@ def run(
             )
             print(f"collectives: {engine.value} np={w} ...", end="", file=out, flush=True)
             status, error, seconds = run_launch(argv, log_dir / "launcher.log", timeout)
-            written = (
-                [
-                    r
-                    for r in records.load([target]).records
-                    if (r.get("labels") or {}).get("attempt") == attempt
-                ]
-                if target.exists()
-                else []
-            )
+            written = records.by_label(target, "attempt", attempt)
             if written:
                 status = written[-1]["status"]
             else:

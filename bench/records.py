@@ -138,6 +138,13 @@ def append(results: str | Path, record: dict[str, Any]) -> Path:
     return target
 
 
+def by_label(path: str | Path, key: str, value: str) -> list[dict[str, Any]]:
+    """The records in `path` whose labels[key] == value (e.g. one launch's attempt id)."""
+    if not Path(path).exists():
+        return []
+    return [r for r in load([path]).records if (r.get("labels") or {}).get(key) == value]
+
+
 def _files(paths: Iterable[str | Path]) -> tuple[list[Path], list[Problem]]:
     files: list[Path] = []
     problems: list[Problem] = []

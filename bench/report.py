@@ -164,21 +164,23 @@ def _throughput_rows(gdf: pd.DataFrame, twins: pd.DataFrame) -> pd.DataFrame:
 def _rank_rows(gdf: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (engine, workers), cell in _ok(gdf).groupby(["engine", "workers"]):
-        per_rank = (
-            np.array([min(r) for r in cell["rank_throughput"] if r]),
-            np.array([max(r) for r in cell["rank_throughput"] if r]),
+        # per run: its slowest, median and fastest rank; the table shows medians over runs
+        ranks = [(min(r), float(np.median(r)), max(r)) for r in cell["rank_throughput"] if r]
+        lo, mid, hi = (
+            (np.array(col, dtype=float) for col in zip(*ranks, strict=True))
+            if ranks
+            else (np.array([]),) * 3
         )
         steps = np.concatenate(
             [np.asarray(s, dtype=float) for s in cell["step_times"]] or [np.array([])]
         )
-        medians = [float(np.median(r)) for r in cell["rank_throughput"] if r]
         rows.append(
             {
                 "engine": engine,
                 "workers": int(workers),
-                "rank min/s": float(np.median(per_rank[0])) if per_rank[0].size else np.nan,
-                "rank median/s": float(np.median(medians)) if medians else np.nan,
-                "rank max/s": float(np.median(per_rank[1])) if per_rank[1].size else np.nan,
+                "rank min/s": float(np.median(lo)) if lo.size else np.nan,
+                "rank median/s": float(np.median(mid)) if mid.size else np.nan,
+                "rank max/s": float(np.median(hi)) if hi.size else np.nan,
                 "step p50 ms": float(np.percentile(steps, 50) * 1e3) if steps.size else np.nan,
                 "step p95 ms": float(np.percentile(steps, 95) * 1e3) if steps.size else np.nan,
                 # achieved compute: median throughput x training FLOPs per sample

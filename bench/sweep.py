@@ -30,7 +30,7 @@ import models
 from bench import env as benv
 from bench import launch, records
 from bench.checks import InputError, prepare
-from bench.spec import Device, Engine, RunSpec, SpecError
+from bench.spec import Device, Engine, RunSpec
 
 ALL_ENGINES = (Engine.HOROVOD, Engine.DDP, Engine.PADDLE)
 
@@ -386,11 +386,7 @@ def run_cell(
     (log_dir / "argv.json").write_text(json.dumps(argv, indent=1))
     launcher_log = log_dir / "launcher.log"
     status, error, seconds = run_launch(argv, launcher_log, timeout)
-    written = [
-        r
-        for r in records.load([records.results_file(results)]).records
-        if (r.get("labels") or {}).get("attempt") == attempt
-    ]
+    written = records.by_label(records.results_file(results), "attempt", attempt)
     if written:
         rec = written[-1]
         if rec["status"] != records.Status.OK:
@@ -502,7 +498,6 @@ def run_sweep(
 __all__ = [
     "Cell",
     "CellResult",
-    "SpecError",
     "SweepConfig",
     "SweepError",
     "check_plan",

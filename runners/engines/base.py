@@ -18,7 +18,6 @@ from models.base import ModelDef, Shape, Weights
 
 class EngineAdapter(abc.ABC):
     engine: Engine
-    launcher: str  # the launcher users type for this engine
     # Engine-specific knobs outside the shared contract (--engine-option KEY=VALUE):
     # name -> help. Recorded in knobs(); unknown names are refused.
     OPTIONS: ClassVar[dict[str, str]] = {}

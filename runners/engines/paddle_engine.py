@@ -27,7 +27,6 @@ from runners.engines.base import EngineAdapter
 
 class PaddleAdapter(EngineAdapter):
     engine = Engine.PADDLE
-    launcher = "python -m paddle.distributed.launch"
 
     layer: Any  # the unwrapped paddle.nn.Layer
     model: Any  # DataParallel wrapper (or the layer itself at world size 1)

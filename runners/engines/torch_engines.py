@@ -158,7 +158,6 @@ def _buffer_sync(every_forward: bool) -> dict[str, Any]:
 
 class DDPAdapter(TorchAdapter):
     engine = Engine.DDP
-    launcher = "torchrun"
 
     def expected_world_size(self) -> int:
         return int(os.environ.get("WORLD_SIZE", "1"))
@@ -259,7 +258,6 @@ def _flag(options: dict[str, str], name: str) -> bool:
 
 class HorovodAdapter(TorchAdapter):
     engine = Engine.HOROVOD
-    launcher = "horovodrun"
     OPTIONS: ClassVar[dict[str, str]] = {
         "timeline": "PATH: write Horovod's timeline there and summarise it in the record",
         "autotune": "true|false: Horovod autotuning of fusion threshold and cycle time",
