@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import models
 from bench import data as bdata
-from bench.spec import RunSpec, SpecError
+from bench.spec import Engine, GradCompression, RunSpec, SpecError
 
 
 class InputError(ValueError):
@@ -48,3 +48,18 @@ def prepare(spec: RunSpec, world_size: int) -> tuple[models.ModelDef, bdata.Data
 def total_steps(spec: RunSpec, steps_per_epoch: int) -> int:
     total = steps_per_epoch * spec.epochs
     return min(total, spec.max_steps) if spec.max_steps else total
+
+
+def check_engine(engine: Engine, spec: RunSpec) -> None:
+    """Settings one engine cannot honour, refused before anything starts (runner and sweep)."""
+    if engine is Engine.PADDLE:
+        if not float(spec.bucket_mb).is_integer():
+            raise InputError(
+                f"bucket_mb={spec.bucket_mb}: paddle's DataParallel takes whole megabytes; "
+                "use an integer"
+            )
+        if spec.grad_compression is not GradCompression.NONE:
+            raise InputError(
+                f"grad_compression={spec.grad_compression.value}: paddle.DataParallel has no "
+                "gradient compression; compare it with grad_compression=none"
+            )

@@ -10,8 +10,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import models
-from bench import records, report
-from bench.spec import RunSpec, SpecError, add_spec_flags, spec_from_args
+from bench import launch, records, report
+from bench.spec import Engine, RunSpec, SpecError, add_spec_flags, spec_from_args
 from bench.sweep import SweepConfig, SweepError, load_config_file, run_sweep
 
 EXIT_BAD_INPUT = 2
@@ -80,6 +80,30 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         default=None,
         help="keep a Horovod timeline per horovod cell and summarise it in the record",
+    )
+    multi = run.add_argument_group(
+        "multi-node",
+        "spread every cell's workers evenly over several hosts (same repo path on each)",
+    )
+    multi.add_argument("--hosts", help="HOST:SLOTS,HOST:SLOTS; the first host holds rank 0")
+    multi.add_argument("--hostfile", help="file with one 'HOST slots=N' (or HOST:N) per line")
+    multi.add_argument(
+        "--remote-shell",
+        dest="remote_shell",
+        help="command prefix that runs a shell command on {host} "
+        f"(default: {launch.DEFAULT_REMOTE_SHELL!r})",
+    )
+    multi.add_argument(
+        "--iface", help="network interface for the collectives on every host (e.g. eth1)"
+    )
+    multi.add_argument(
+        "--master-port", dest="master_port", type=int, help="rendezvous port (default: 29400)"
+    )
+    multi.add_argument(
+        "--ssh-port", dest="ssh_port", type=int, help="ssh port horovodrun uses between hosts"
+    )
+    multi.add_argument(
+        "--ssh-identity-file", dest="ssh_identity", help="ssh key horovodrun uses between hosts"
     )
     run.add_argument("--results", default="results", help="results directory (default: results/)")
     run.add_argument("--force", action="store_true", help="rerun cells already recorded")
@@ -169,6 +193,13 @@ def _sweep_inputs(args: argparse.Namespace) -> tuple[SweepConfig, RunSpec]:
         "comm_cost",
         "engine_options",
         "hvd_timeline",
+        "hosts",
+        "hostfile",
+        "remote_shell",
+        "iface",
+        "master_port",
+        "ssh_port",
+        "ssh_identity",
     ):
         value = getattr(args, key)
         if value is not None:
@@ -183,7 +214,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:
         config, base = _sweep_inputs(args)
-        results = Path(args.results)
+        # absolute: launchers run from the repository root, remote ones on other hosts
+        results = Path(args.results).resolve()
         if args.dry_run:
             cells = plan(config, base)
             check_plan(cells, config)
@@ -192,13 +224,19 @@ def cmd_run(args: argparse.Namespace) -> int:
             for i, cell in enumerate(cells, start=1):
                 labels = {"cell": cell.key(env_key)}
                 log_dir = cell_log_dir(run_dir, i, cell)
-                print(
-                    shlex.join(
-                        cell_argv(
-                            cell, results, log_dir, labels, config.timeout, config.hvd_timeline
-                        )
-                    )
+                nodes = cell_argv(
+                    cell, results, log_dir, labels, config.timeout, config.hvd_timeline
                 )
+                if not cell.cluster:
+                    print(shlex.join(nodes[0].argv))
+                    continue
+                print(f"# cell {i}: {cell.name}")
+                for n, node in enumerate(nodes):
+                    where = f"node {n} of {len(nodes)}"
+                    if cell.engine is Engine.HOROVOD:
+                        where = "horovodrun starts the other hosts' workers by ssh"
+                    print(f"# on {node.host.name} ({where}):")
+                    print(shlex.join(node.command))
             print(f"# {len(cells)} cells", file=sys.stderr)
             return 0
         outcomes = run_sweep(config, base, results, force=args.force)

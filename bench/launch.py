@@ -5,6 +5,8 @@ Always argv lists, never shell strings: no user-provided value reaches a shell.
 
 from __future__ import annotations
 
+import dataclasses
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -82,3 +84,182 @@ def launch_argv(
     if log_dir is not None:
         argv += ["--log_dir", str(log_dir)]
     return [*argv, script_path, *runner_args]
+
+
+# --- multi-node -----------------------------------------------------------------------
+
+DEFAULT_REMOTE_SHELL = "ssh -o BatchMode=yes {host}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Host:
+    """One machine of a multi-node launch: how to reach it and how many workers it runs."""
+
+    name: str
+    slots: int
+
+    def __str__(self) -> str:
+        return f"{self.name}:{self.slots}"
+
+
+def _host(entry: str, where: str) -> Host:
+    name, sep, slots = entry.strip().partition(":")
+    if "slots=" in entry:  # hostfile style: "node1 slots=4"
+        name, _, slots = entry.strip().partition(" slots=")
+        sep = ":"
+    name = name.strip()
+    if not name or not sep or not slots.strip().isdigit() or int(slots) < 1:
+        raise LaunchError(
+            f"{where}: host entry {entry.strip()!r} must look like HOST:SLOTS (or 'HOST slots=N' "
+            "in a hostfile) with SLOTS >= 1, e.g. node1:2"
+        )
+    if any(c.isspace() or c in "'\"$`;&|<>(){}" for c in name):
+        raise LaunchError(f"{where}: host name {name!r} has characters a host name cannot have")
+    return Host(name, int(slots))
+
+
+def parse_hosts(text: str, where: str = "--hosts") -> tuple[Host, ...]:
+    """'node1:2,node2:2' as hosts; the first is the master (rank 0 and the rendezvous)."""
+    hosts = tuple(_host(part, where) for part in text.split(",") if part.strip())
+    return _check_hosts(hosts, where)
+
+
+def read_hostfile(path: str | Path) -> tuple[Host, ...]:
+    """A hostfile: one 'HOST slots=N' or 'HOST:N' per line, '#' comments (Horovod/MPI style)."""
+    p = Path(path)
+    if not p.is_file():
+        raise LaunchError(f"hostfile {p} not found")
+    lines = [line.split("#", 1)[0] for line in p.read_text().splitlines()]
+    hosts = tuple(_host(line, f"hostfile {p}") for line in lines if line.strip())
+    return _check_hosts(hosts, f"hostfile {p}")
+
+
+def _check_hosts(hosts: tuple[Host, ...], where: str) -> tuple[Host, ...]:
+    if not hosts:
+        raise LaunchError(f"{where} names no hosts; give HOST:SLOTS,HOST:SLOTS")
+    names = [h.name for h in hosts]
+    if len(set(names)) != len(names):
+        raise LaunchError(f"{where} names a host twice: {', '.join(names)}")
+    return hosts
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """The hosts of a multi-node launch and how to start a command on each of them.
+
+    `remote_shell` is the prefix that runs one shell command string on a host; `{host}`
+    is replaced by the host name. The default is ssh; tests use `ip netns exec`.
+    Every host must see this repository and its .venv at the same path.
+    """
+
+    hosts: tuple[Host, ...]
+    port: int = 29400  # rendezvous port on the first host
+    iface: str | None = None  # network interface the collectives must use
+    remote_shell: str = DEFAULT_REMOTE_SHELL
+    # for horovodrun, which reaches the other hosts by ssh itself
+    ssh_port: int | None = None
+    ssh_identity: str | None = None
+
+    def __post_init__(self) -> None:
+        if "{host}" not in self.remote_shell:
+            raise LaunchError(
+                f"remote shell {self.remote_shell!r} must contain {{host}}, where the host "
+                "name goes, e.g. 'ssh -o BatchMode=yes {host}'"
+            )
+        if not 1 <= self.port <= 65535:
+            raise LaunchError(f"rendezvous port must be 1..65535, got {self.port}")
+
+    @property
+    def master(self) -> Host:
+        return self.hosts[0]
+
+    def placement(self, workers: int) -> int:
+        """Workers per host for a run of `workers` spread evenly over every host."""
+        n = len(self.hosts)
+        per, rest = divmod(workers, n)
+        fewest = min(h.slots for h in self.hosts)
+        if rest or per < 1 or per > fewest:
+            raise LaunchError(
+                f"{workers} workers cannot be spread evenly over {n} hosts "
+                f"({', '.join(map(str, self.hosts))}): use a multiple of {n} up to {n * fewest}"
+            )
+        return per
+
+    def env(self) -> dict[str, str]:
+        """Variables every worker needs on every host."""
+        if not self.iface:
+            return {}
+        # torch's Gloo and NCCL, and Paddle's Gloo (which reads the same variable).
+        return {"GLOO_SOCKET_IFNAME": self.iface, "NCCL_SOCKET_IFNAME": self.iface}
+
+    def remote(self, host: Host, argv: list[str]) -> list[str]:
+        """argv that runs `argv` on `host` through the remote shell, in this repository."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env().items()))
+        command = f"cd {shlex.quote(str(ROOT))} && exec env {env} {shlex.join(argv)}"
+        prefix = [part.replace("{host}", host.name) for part in shlex.split(self.remote_shell)]
+        return [*prefix, command]
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeLaunch:
+    """One host's part of a multi-node launch: `argv` runs here and reaches `host`."""
+
+    host: Host
+    argv: list[str]  # the full local command (remote shell included)
+    command: list[str]  # what runs on the host itself
+
+
+def multinode_launch(
+    engine: Engine,
+    cluster: Cluster,
+    workers: int,
+    runner_args: list[str],
+    *,
+    log_dir: Path | None = None,
+    python: str | None = None,
+    script: Path | None = None,
+) -> list[NodeLaunch]:
+    """Each engine's own multi-node launch of `workers` spread evenly over the cluster.
+
+    torchrun and Paddle's launcher run once per host with the node's rank; horovodrun
+    runs once, on the first host, and starts the other hosts' workers itself (by ssh).
+    """
+    per = cluster.placement(workers)
+    python = python or sys.executable
+    script_path = str(script or RUNNER_SCRIPTS[engine])
+    nnodes = len(cluster.hosts)
+    master = cluster.master.name
+    out: list[NodeLaunch] = []
+    if engine is Engine.HOROVOD:
+        argv = [_horovodrun(python), "-np", str(workers), "--gloo"]
+        argv += ["-H", ",".join(f"{h.name}:{per}" for h in cluster.hosts)]
+        if cluster.iface:
+            argv += ["--network-interfaces", cluster.iface]
+        if cluster.ssh_port:
+            argv += ["--ssh-port", str(cluster.ssh_port)]
+        if cluster.ssh_identity:
+            argv += ["--ssh-identity-file", cluster.ssh_identity]
+        if log_dir is not None:
+            argv += ["--output-filename", str(log_dir)]
+        command = [*argv, python, script_path, *runner_args]
+        return [NodeLaunch(cluster.master, cluster.remote(cluster.master, command), command)]
+    for node_rank, host in enumerate(cluster.hosts):
+        node_log = None if log_dir is None else log_dir / f"node{node_rank}"
+        if engine is Engine.DDP:
+            argv = [python, "-m", "torch.distributed.run", "--nnodes", str(nnodes)]
+            argv += ["--node-rank", str(node_rank), "--nproc-per-node", str(per)]
+            argv += ["--master-addr", master, "--master-port", str(cluster.port)]
+            if node_log is not None:
+                argv += ["--log-dir", str(node_log), "--tee", "3"]
+        else:
+            argv = [python, "-m", "paddle.distributed.launch", "--nnodes", str(nnodes)]
+            argv += ["--rank", str(node_rank), "--nproc_per_node", str(per)]
+            # --host: the address peers reach this node at; Paddle guesses it from the
+            # host name otherwise, which is wrong on multi-homed machines.
+            argv += ["--master", f"{master}:{cluster.port}", "--host", host.name]
+            argv += ["--max_restart", "0"]
+            if node_log is not None:
+                argv += ["--log_dir", str(node_log)]
+        command = [*argv, script_path, *runner_args]
+        out.append(NodeLaunch(host, cluster.remote(host, command), command))
+    return out

@@ -89,7 +89,9 @@ def frame(recs: Iterable[dict[str, Any]], target: float = DEFAULT_TARGET) -> pd.
                 "source": r.get("_source"),
                 "status": r.get("status"),
                 "engine": str(r.get("engine"))
-                + "".join(f"[{k}={v}]" for k, v in sorted((r.get("engine_options") or {}).items())),
+                + "".join(f"[{k}={v}]" for k, v in sorted((r.get("engine_options") or {}).items()))
+                # a multi-node run is its own variant: same workers, different network
+                + (f"@{r['nodes']}nodes" if (r.get("nodes") or 1) > 1 else ""),
                 "workers": r.get("world_size"),
                 "model": spec.get("model"),
                 "dataset": spec.get("dataset"),
@@ -145,7 +147,9 @@ def _throughput_rows(gdf: pd.DataFrame, twins: pd.DataFrame) -> pd.DataFrame:
             tp = good["throughput"].tolist()
             est = stats.bootstrap(tp)
             row["samples/s"], row["95% CI"] = est.value, _interval(est, ",.0f")
-            base = ok[(ok["engine"] == engine) & (ok["workers"] == 1)]["throughput"].tolist()
+            # multi-node variants scale from the same engine's one worker
+            single = str(engine).split("@")[0]
+            base = ok[(ok["engine"] == single) & (ok["workers"] == 1)]["throughput"].tolist()
             if base:
                 eff = stats.bootstrap_ratio(tp, base, float(workers))
                 row["efficiency"], row["eff. 95% CI"] = eff.value, _interval(eff, ".2f")

@@ -49,6 +49,13 @@ class LRSchedule(str, enum.Enum):
     COSINE = "cosine"  # cosine decay from the peak to zero over the remaining steps
 
 
+class GradCompression(str, enum.Enum):
+    """How gradients travel in the allreduce; changes the numbers, so it is part of the spec."""
+
+    NONE = "none"
+    FP16 = "fp16"  # Horovod's Compression.fp16, DDP's fp16_compress_hook
+
+
 class BNBuffers(str, enum.Enum):
     """What happens to BatchNorm running statistics across ranks, for every engine alike."""
 
@@ -63,8 +70,18 @@ class Precision(str, enum.Enum):
 
 
 class Device(str, enum.Enum):
+    AUTO = "auto"  # cuda where this machine has a CUDA GPU, else cpu; resolved when built
     CPU = "cpu"
     CUDA = "cuda"
+
+
+def detect_device() -> Device:
+    """cuda when torch sees a CUDA GPU here, else cpu."""
+    try:
+        import torch
+    except ImportError:
+        return Device.CPU
+    return Device.CUDA if torch.cuda.is_available() else Device.CPU
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,12 +115,13 @@ class RunSpec:
     seed: int = 0
     threads: int = 1
     precision: Precision = Precision.FP32
-    device: Device = Device.CPU
+    device: Device = Device.AUTO
     bucket_mb: float = 25.0  # DDP bucket / Horovod fusion threshold / Paddle comm buffer
     # False runs every engine without its gradient averaging (each rank steps its own
     # replica): the compute-only twin from which `bench compare` derives the share
     # of a step spent in communication that computation does not hide.
     grad_sync: bool = True
+    grad_compression: GradCompression = GradCompression.NONE
     # BatchNorm, where engines quietly differ: momentum in torch's convention (paddle's
     # is 1 - m), epsilon, and the running statistics across ranks.
     bn_momentum: float = 0.1
@@ -113,6 +131,11 @@ class RunSpec:
     synthetic_samples: int = 2048
 
     # -- construction -------------------------------------------------------------
+
+    def __post_init__(self) -> None:
+        # A spec always names its device, so records and cell keys say where it ran.
+        if self.device is Device.AUTO:
+            object.__setattr__(self, "device", detect_device())
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunSpec:
@@ -269,6 +292,7 @@ _FLAG_HELP = {
     "bucket_mb": "gradient bucket / fusion buffer size in MB, applied to every engine",
     "threads": "intra-op threads per worker (OMP/MKL and the framework's own)",
     "grad_sync": "false: skip gradient averaging (compute-only twin for communication cost)",
+    "grad_compression": "gradients cast to fp16 for the allreduce (horovod, ddp)",
     "bn_momentum": "BatchNorm momentum, torch's convention (paddle gets 1 - m)",
     "bn_buffers": "BatchNorm running statistics: local per rank, or broadcast from rank 0 each step",
 }
@@ -286,6 +310,8 @@ def add_spec_flags(parser: argparse.ArgumentParser, defaults: RunSpec | None = N
         flag = "--" + f.name.replace("_", "-")
         default = getattr(defaults, f.name)
         shown = default.value if isinstance(default, enum.Enum) else default
+        if f.name == "device":  # the default is resolved per machine
+            shown = "auto: cuda where a CUDA GPU is visible, else cpu"
         kwargs: dict[str, Any] = {
             "dest": f.name,
             "default": None,

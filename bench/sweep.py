@@ -29,7 +29,7 @@ import yaml
 import models
 from bench import env as benv
 from bench import launch, records
-from bench.checks import InputError, prepare
+from bench.checks import InputError, check_engine, prepare
 from bench.spec import Device, Engine, RunSpec
 
 ALL_ENGINES = (Engine.HOROVOD, Engine.DDP, Engine.PADDLE)
@@ -57,6 +57,14 @@ class SweepConfig:
     # Engine-specific options "ENGINE:KEY=VALUE", passed to that engine's cells only.
     engine_options: tuple[str, ...] = ()
     hvd_timeline: bool = False  # keep a Horovod timeline per horovod cell, in its log dir
+    # Multi-node: "HOST:SLOTS,..." or a hostfile; empty runs every cell on this machine.
+    hosts: str = ""
+    hostfile: str = ""
+    remote_shell: str = launch.DEFAULT_REMOTE_SHELL
+    iface: str = ""  # network interface for the collectives (GLOO/NCCL_SOCKET_IFNAME, horovod)
+    master_port: int = 29400
+    ssh_port: int = 0  # horovodrun's ssh port to the other hosts; 0: ssh's default
+    ssh_identity: str = ""  # horovodrun's ssh key; empty: ssh's default
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SweepConfig:
@@ -75,7 +83,34 @@ class SweepConfig:
         for key in ("workers", "models", "datasets", "engine_options"):
             if key in values:
                 values[key] = tuple(values[key])
-        return cls(**values).validate()
+        config = cls(**values)
+        cluster = config.cluster()
+        if cluster and "workers" not in values:  # default: every slot of every host
+            per = min(h.slots for h in cluster.hosts)
+            config = dataclasses.replace(config, workers=(per * len(cluster.hosts),))
+        return config.validate()
+
+    def cluster(self) -> launch.Cluster | None:
+        """The hosts of a multi-node sweep, or None for this machine only."""
+        if self.hosts and self.hostfile:
+            raise SweepError("give hosts or hostfile, not both")
+        try:
+            if self.hosts:
+                hosts = launch.parse_hosts(self.hosts)
+            elif self.hostfile:
+                hosts = launch.read_hostfile(self.hostfile)
+            else:
+                return None
+            return launch.Cluster(
+                hosts,
+                port=self.master_port,
+                iface=self.iface or None,
+                remote_shell=self.remote_shell,
+                ssh_port=self.ssh_port or None,
+                ssh_identity=self.ssh_identity or None,
+            )
+        except launch.LaunchError as exc:
+            raise SweepError(str(exc)) from None
 
     def validate(self) -> SweepConfig:
         if not self.engines:
@@ -95,6 +130,13 @@ class SweepConfig:
             raise SweepError(f"seed_mode must be 'vary' or 'fixed', got {self.seed_mode!r}")
         if not self.timeout > 0:
             raise SweepError(f"timeout must be > 0 seconds, got {self.timeout}")
+        cluster = self.cluster()
+        if cluster:
+            for w in self.workers:
+                try:
+                    cluster.placement(w)
+                except launch.LaunchError as exc:
+                    raise SweepError(str(exc)) from None
         for item in self.engine_options:
             engine, sep, kv = item.partition(":")
             if not sep or "=" not in kv or engine not in {e.value for e in Engine}:
@@ -145,6 +187,7 @@ class Cell:
     repeat: int
     seed_mode: str
     options: tuple[str, ...] = ()  # engine options KEY=VALUE for this cell's engine
+    cluster: launch.Cluster | None = None  # None: this machine
 
     @property
     def name(self) -> str:
@@ -153,7 +196,12 @@ class Cell:
             f"repeat {self.repeat} (seed {self.spec.seed})"
             + ("" if self.spec.grad_sync else " no-sync")
             + (f" [{', '.join(self.options)}]" if self.options else "")
+            + (f" on {len(self.cluster.hosts)} hosts" if self.cluster else "")
         )
+
+    @property
+    def hosts_label(self) -> str:
+        return ",".join(map(str, self.cluster.hosts)) if self.cluster else ""
 
     def key(self, env_key: str) -> str:
         """Identity for resume: same spec, engine, workers, repeat and environment."""
@@ -166,6 +214,7 @@ class Cell:
                 self.seed_mode,
                 env_key,
                 *self.options,
+                *([self.hosts_label] if self.cluster else []),
             ],
             sort_keys=True,
         )
@@ -184,6 +233,7 @@ def spec_flags(spec: RunSpec) -> list[str]:
 
 def plan(config: SweepConfig, base: RunSpec) -> list[Cell]:
     """All cells, repeat-major so that slow drift of the machine spreads over every engine."""
+    cluster = config.cluster()
     cells = []
     for repeat in range(config.repeats):
         seed = base.seed + repeat if config.seed_mode == "vary" else base.seed
@@ -194,12 +244,13 @@ def plan(config: SweepConfig, base: RunSpec) -> list[Cell]:
                 for workers in config.workers:
                     for engine in config.engines:
                         opts = config.options(engine)
-                        cells.append(Cell(engine, workers, spec, repeat, config.seed_mode, opts))
-                        if config.comm_cost and workers > 1:
-                            twin = spec.replace(grad_sync=False)
-                            cells.append(
-                                Cell(engine, workers, twin, repeat, config.seed_mode, opts)
-                            )
+                        for s in (spec, spec.replace(grad_sync=False)):
+                            if s.grad_sync or (config.comm_cost and workers > 1):
+                                cells.append(
+                                    Cell(
+                                        engine, workers, s, repeat, config.seed_mode, opts, cluster
+                                    )
+                                )
     return cells
 
 
@@ -237,6 +288,10 @@ def check_plan(cells: Sequence[Cell], config: SweepConfig, python: str | None = 
     check_engines(sorted({c.engine for c in cells}, key=lambda e: e.value), python)
     seen = set()
     for cell in cells:
+        try:
+            check_engine(cell.engine, cell.spec)
+        except InputError as exc:
+            raise SweepError(f"cell {cell.name}: {exc}") from None
         key = (cell.spec.to_dict().__repr__(), cell.workers)
         if key in seen:
             continue
@@ -245,7 +300,8 @@ def check_plan(cells: Sequence[Cell], config: SweepConfig, python: str | None = 
             prepare(cell.spec, cell.workers)
         except InputError as exc:
             raise SweepError(f"cell {cell.name}: {exc}") from None
-        if cell.spec.device is Device.CPU and not config.oversubscribe:
+        # Remote machines' cores are not known here; their owner sizes --hosts slots.
+        if cell.spec.device is Device.CPU and not config.oversubscribe and not cell.cluster:
             cores = os.cpu_count() or 1
             if cell.workers * cell.spec.threads > cores:
                 raise SweepError(
@@ -290,29 +346,73 @@ def run_launch(argv: list[str], log: Path, timeout: float) -> tuple[str, str | N
     Returns (status, error, seconds). On time-out or Ctrl-C the whole process tree is
     killed, so no worker outlives its cell.
     """
+    return run_launches([argv], [log], timeout)
+
+
+# After one host's launcher fails, how long its peers get to fail on their own (their
+# collectives time out) before they are killed.
+PEER_GRACE_S = 30.0
+
+
+def run_launches(
+    argvs: Sequence[list[str]], logs: Sequence[Path], timeout: float
+) -> tuple[str, str | None, float]:
+    """Run one launcher per host together, each in its own session with its own log.
+
+    The cell fails as soon as one launcher fails; the others are given PEER_GRACE_S to
+    notice, then killed. A time-out or Ctrl-C kills every tree.
+    """
     start = time.monotonic()
-    status, error = records.Status.OK, None
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(
-            argv,
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            cwd=launch.ROOT,
-        )
-        try:
-            rc = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            kill_tree(proc)
-            status, error = records.Status.TIMEOUT, f"cell exceeded its time-out of {timeout:.0f}s"
-        except BaseException:  # Ctrl-C: stop the workers, then let the caller end
-            kill_tree(proc)
-            raise
-        else:
-            if rc != 0:
-                status, error = records.Status.FAILED, f"launcher exited with code {rc}"
-    return status, error, time.monotonic() - start
+    deadline = start + timeout
+    procs: list[subprocess.Popen[bytes]] = []
+    handles = [open(log, "wb") for log in logs]  # noqa: SIM115 - closed in finally
+    try:
+        for argv, fh in zip(argvs, handles, strict=True):
+            procs.append(
+                subprocess.Popen(
+                    argv,
+                    stdout=fh,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                    cwd=launch.ROOT,
+                )
+            )
+        failed_at: float | None = None
+        while True:
+            codes = [p.poll() for p in procs]
+            if all(c is not None for c in codes):
+                break
+            now = time.monotonic()
+            if any(c not in (None, 0) for c in codes) and failed_at is None:
+                failed_at = now
+            if now >= deadline or (failed_at is not None and now - failed_at > PEER_GRACE_S):
+                for p in procs:
+                    if p.poll() is None:
+                        kill_tree(p)
+                if now >= deadline:
+                    return (
+                        records.Status.TIMEOUT,
+                        f"cell exceeded its time-out of {timeout:.0f}s",
+                        time.monotonic() - start,
+                    )
+                break
+            time.sleep(0.1)
+    except BaseException:  # Ctrl-C: stop the workers, then let the caller end
+        for p in procs:
+            kill_tree(p)
+        raise
+    finally:
+        for fh in handles:
+            fh.close()
+    bad = [(i, p.returncode) for i, p in enumerate(procs) if p.returncode != 0]
+    if not bad:
+        return records.Status.OK, None, time.monotonic() - start
+    if len(procs) == 1:
+        error = f"launcher exited with code {bad[0][1]}"
+    else:
+        error = "launcher failed on " + ", ".join(f"host {i} (exit code {rc})" for i, rc in bad)
+    return records.Status.FAILED, error, time.monotonic() - start
 
 
 @dataclasses.dataclass
@@ -332,8 +432,8 @@ def cell_argv(
     timeout: float,
     timeline: bool = False,
     python: str | None = None,
-) -> list[str]:
-    """The exact launcher argv of one cell (also what --dry-run prints)."""
+) -> list[launch.NodeLaunch]:
+    """The exact launcher argv of one cell, one per host it starts from (--dry-run prints them)."""
     runner_args = [
         *spec_flags(cell.spec),
         "--results",
@@ -347,9 +447,14 @@ def cell_argv(
     if timeline and cell.engine is Engine.HOROVOD:
         options.append(f"timeline={log_dir / 'timeline.json'}")
     runner_args += [a for kv in options for a in ("--engine-option", kv)]
-    return launch.launch_argv(
+    if cell.cluster:
+        return launch.multinode_launch(
+            cell.engine, cell.cluster, cell.workers, runner_args, log_dir=log_dir, python=python
+        )
+    argv = launch.launch_argv(
         cell.engine, cell.workers, runner_args, log_dir=log_dir, python=python
     )
+    return [launch.NodeLaunch(launch.Host("localhost", cell.workers), argv, argv)]
 
 
 def cell_log_dir(run_dir: Path, index: int, cell: Cell) -> Path:
@@ -382,10 +487,16 @@ def run_cell(
         "seed_mode": cell.seed_mode,
         "log_dir": str(log_dir),
     }
-    argv = cell_argv(cell, results, log_dir, labels, timeout, timeline, python)
+    if cell.cluster:
+        labels["hosts"] = cell.hosts_label
+    nodes = cell_argv(cell, results, log_dir, labels, timeout, timeline, python)
+    argvs = [n.argv for n in nodes]
+    argv = argvs[0] if len(argvs) == 1 else argvs
     (log_dir / "argv.json").write_text(json.dumps(argv, indent=1))
-    launcher_log = log_dir / "launcher.log"
-    status, error, seconds = run_launch(argv, launcher_log, timeout)
+    logs = [log_dir / "launcher.log"]
+    if len(nodes) > 1:
+        logs = [log_dir / f"launcher-{i}-{n.host.name}.log" for i, n in enumerate(nodes)]
+    status, error, seconds = run_launches(argvs, logs, timeout)
     written = records.by_label(records.results_file(results), "attempt", attempt)
     if written:
         rec = written[-1]
@@ -396,8 +507,9 @@ def run_cell(
             # The run finished and recorded; the launcher failed afterwards (teardown).
             status, error = records.Status.OK, None
         return CellResult(cell, status, seconds, log_dir, error)
-    tail = _tail(launcher_log)
-    error = f"{error or 'no record written'}\n--- last lines of {launcher_log} ---\n{tail}"
+    error = error or "no record written"
+    for log in logs:
+        error += f"\n--- last lines of {log} ---\n{_tail(log)}"
     if status == records.Status.OK:
         status = records.Status.FAILED
     rec = records.new_record(

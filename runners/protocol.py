@@ -35,7 +35,7 @@ import models
 from bench import data as bdata
 from bench import env as benv
 from bench import records
-from bench.checks import InputError, prepare, total_steps
+from bench.checks import InputError, check_engine, prepare, total_steps
 from bench.spec import Engine, SpecError, add_spec_flags, spec_from_args
 from runners.engines.base import EngineAdapter
 
@@ -253,6 +253,8 @@ def train(
             "knobs": adapter.knobs(),
             "threads": adapter.threads(),
             "hosts": hosts,
+            # Launcher's node count (namespaces share a hostname, so hosts cannot tell).
+            "nodes": world // max(adapter.local_world_size, 1),
             "per_worker_batch": per,
             "global_batch": per * world,
             "steps_per_epoch": spe,
@@ -322,6 +324,7 @@ def main(engine: Engine, argv: Sequence[str] | None = None) -> int:
     try:
         adapter = _load_adapter(engine)(spec, args.collective_timeout, options)
         model, dataset, spe = prepare(spec, adapter.expected_world_size())
+        check_engine(engine, spec)
     except (SpecError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -8,7 +8,9 @@
 # it was compiled against.
 #
 # Environment:
-#   BENCH_GPU=1        install CUDA torch / paddlepaddle-gpu and build Horovod with NCCL
+#   BENCH_GPU          1: CUDA torch, paddlepaddle-gpu and Horovod with NCCL; 0: CPU builds;
+#                      auto (default): 1 when nvidia-smi sees a GPU
+#   BENCH_PADDLE_INDEX where paddlepaddle-gpu comes from (default: Paddle's cu126 index)
 #   BENCH_PYTHON       interpreter used to create the venv (default: python3.11, else python3)
 #   BENCH_WHEEL_CACHE  where built Horovod wheels live (default: ~/.cache/bench-wheels)
 set -euo pipefail
@@ -19,7 +21,17 @@ cd "$root"
 TORCH_VERSION=2.13.0
 PADDLE_VERSION=3.3.1
 HOROVOD_VERSION=0.28.1
-GPU=${BENCH_GPU:-0}
+# Our fixes to the Horovod sources; part of the wheel's cache key, bump when they change.
+HOROVOD_PATCHES=p2
+GPU=${BENCH_GPU:-auto}
+if [ "$GPU" = auto ]; then
+    if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+        GPU=1
+        echo "setup: NVIDIA GPU found; installing the CUDA builds (BENCH_GPU=0 for CPU ones)"
+    else
+        GPU=0
+    fi
+fi
 CACHE=${BENCH_WHEEL_CACHE:-$HOME/.cache/bench-wheels}
 
 py=${BENCH_PYTHON:-$(command -v python3.11 || command -v python3)}
@@ -31,7 +43,7 @@ vpy=.venv/bin/python
 pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
 
 stamp=.venv/.bench-setup
-want="torch=$TORCH_VERSION paddle=$PADDLE_VERSION horovod=$HOROVOD_VERSION gpu=$GPU pyproject=$(sha1sum pyproject.toml | cut -c1-12)"
+want="torch=$TORCH_VERSION paddle=$PADDLE_VERSION horovod=$HOROVOD_VERSION-$HOROVOD_PATCHES gpu=$GPU pyproject=$(sha1sum pyproject.toml | cut -c1-12)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
     echo "setup: .venv is up to date ($want)"
     exit 0
@@ -54,7 +66,7 @@ fi
 torch_v=$($vpy -c 'import torch; print(torch.__version__.split("+")[0])')
 py_v=$($vpy -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
 flavour=$([ "$GPU" = 1 ] && echo nccl || echo cpu)
-wheel_dir="$CACHE/horovod-$HOROVOD_VERSION-torch$torch_v-$py_v-$flavour"
+wheel_dir="$CACHE/horovod-$HOROVOD_VERSION-$HOROVOD_PATCHES-torch$torch_v-$py_v-$flavour"
 if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
     echo "setup: building Horovod $HOROVOD_VERSION for torch $torch_v ($flavour); takes a few minutes once"
     work=$(mktemp -d)
@@ -68,6 +80,13 @@ if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
         "$src/CMakeLists.txt" "$src/horovod/torch/CMakeLists.txt"
     grep -q 'CMAKE_CXX_STANDARD 17' "$src/horovod/torch/CMakeLists.txt" || {
         echo "setup: could not patch Horovod's C++ standard" >&2; exit 1; }
+    # Process-set Gloo contexts are created without the interface horovodrun chose
+    # (--network-interfaces / HOROVOD_GLOO_IFACE) and fall back to the host name's
+    # address: multi-node runs fail wherever that is not the chosen network.
+    ctx="$src/horovod/common/gloo/gloo_context.cc"
+    sed -i '/InitializeForProcessSet/,/CreateDevice/ s/device_attr.iface = gloo_iface_;/device_attr.iface = global_context.gloo_iface_;/' "$ctx"
+    grep -q 'device_attr.iface = global_context.gloo_iface_;' "$ctx" || {
+        echo "setup: could not patch Horovod's process-set Gloo interface" >&2; exit 1; }
     export HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
         HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_CPU_OPERATIONS=gloo
     if [ "$GPU" = 1 ]; then export HOROVOD_GPU_OPERATIONS=NCCL; fi

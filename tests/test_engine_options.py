@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bench import report
@@ -60,3 +61,33 @@ def test_bad_engine_options_are_refused(
     proc, recs = run_direct(engine, ["--engine-option", option], tmp_path)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert recs == []
+
+
+@pytest.mark.distributed
+def test_fp16_gradient_compression_in_horovod_and_ddp(tmp_path: Path) -> None:
+    """fp16 allreduce: recorded, really applied (it moves the losses), and alike in both."""
+    args = ["--model", "mlp", "--max-steps", "30", "--warmup-steps", "2"]
+    losses = {}
+    for engine in (Engine.HOROVOD, Engine.DDP):
+        for comp in ("none", "fp16"):
+            rec = ok_record(
+                *run_engine(engine, 2, [*args, "--grad-compression", comp], tmp_path / comp)
+            )
+            assert rec["knobs"]["gradient_compression"] == comp
+            assert rec["spec"]["grad_compression"] == comp
+            losses[engine, comp] = np.asarray(rec["step_losses"])
+    for engine in (Engine.HOROVOD, Engine.DDP):
+        shift = np.abs(losses[engine, "fp16"] / losses[engine, "none"] - 1).max()
+        # measured 4e-5 over 30 steps: fp16 rounding is there, and small
+        assert 1e-6 < shift < 1e-3, (engine, shift)
+    # both round each gradient to fp16 for the allreduce, but DDP divides before it and
+    # Horovod after: measured 1.5e-6 apart (uncompressed, the two are bit-identical)
+    np.testing.assert_allclose(
+        losses[Engine.HOROVOD, "fp16"], losses[Engine.DDP, "fp16"], rtol=2e-5
+    )
+
+
+def test_paddle_refuses_gradient_compression(tmp_path: Path) -> None:
+    proc, recs = run_direct(Engine.PADDLE, ["--grad-compression", "fp16"], tmp_path)
+    assert proc.returncode == 2 and not recs
+    assert "paddle.DataParallel has no gradient compression" in proc.stderr

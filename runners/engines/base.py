@@ -37,6 +37,7 @@ class EngineAdapter(abc.ABC):
         self.rank = 0
         self.local_rank = 0
         self.world_size = 1
+        self.local_world_size = 1  # workers on this rank's node; world / local = nodes
 
     @abc.abstractmethod
     def expected_world_size(self) -> int:
@@ -44,7 +45,7 @@ class EngineAdapter(abc.ABC):
 
     @abc.abstractmethod
     def init(self) -> None:
-        """Join the process group; set rank, local_rank and world_size."""
+        """Join the process group; set rank, local_rank, world_size and local_world_size."""
 
     @abc.abstractmethod
     def build(self, model: ModelDef, weights: Weights, input_shape: Shape, classes: int) -> None:

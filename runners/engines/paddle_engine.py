@@ -41,10 +41,6 @@ class PaddleAdapter(EngineAdapter):
                 f"precision={self.spec.precision.value} is not supported by the paddle runner "
                 "yet; use --precision fp32"
             )
-        if not float(self.spec.bucket_mb).is_integer():
-            raise SpecError(
-                f"bucket_mb={self.spec.bucket_mb}: paddle's DataParallel takes whole megabytes; use an integer"
-            )
         if self.spec.device is Device.CUDA:
             if not paddle.is_compiled_with_cuda():
                 raise SpecError("device=cuda but this paddle is a CPU build; use --device cpu")
@@ -56,6 +52,7 @@ class PaddleAdapter(EngineAdapter):
             dist.init_parallel_env()
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.local_rank = int(os.environ.get("PADDLE_LOCAL_RANK", self.rank))
+        self.local_world_size = int(os.environ.get("PADDLE_LOCAL_SIZE", self.world_size))
 
     # paddle's names for BatchNorm running statistics vs the canonical (torch) ones
     _BN_NAMES = (("running_mean", "_mean"), ("running_var", "_variance"))

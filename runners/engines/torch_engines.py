@@ -20,7 +20,16 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from bench.checks import InputError
-from bench.spec import BNBuffers, Device, Engine, Optimizer, Precision, RunSpec, SpecError
+from bench.spec import (
+    BNBuffers,
+    Device,
+    Engine,
+    GradCompression,
+    Optimizer,
+    Precision,
+    RunSpec,
+    SpecError,
+)
 from models.base import ModelDef, Shape, Weights
 from runners.engines.base import EngineAdapter
 
@@ -168,6 +177,7 @@ class DDPAdapter(TorchAdapter):
         backend = "nccl" if self.spec.device is Device.CUDA else "gloo"
         timeout = datetime.timedelta(seconds=self.timeout_s)
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", self.expected_world_size()))
         self._setup_device()
         if "RANK" in os.environ:
             dist.init_process_group(backend, timeout=timeout)
@@ -186,16 +196,19 @@ class DDPAdapter(TorchAdapter):
         ids = [self.local_rank] if self.spec.device is Device.CUDA else None
         # DDP broadcasts rank 0's parameters and buffers in its constructor, and by
         # default re-broadcasts buffers every forward (recorded in knobs()).
-        self.model = (
-            DDP(
+        self.model = self.module
+        if self.spec.grad_sync:
+            ddp = DDP(
                 self.module,
                 device_ids=ids,
                 bucket_cap_mb=self.spec.bucket_mb,
                 **_buffer_sync(self.spec.bn_buffers is BNBuffers.BROADCAST),
             )
-            if self.spec.grad_sync
-            else self.module
-        )
+            if self.spec.grad_compression is GradCompression.FP16:
+                from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+                ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+            self.model = ddp
         self.optimizer = self._make_optimizer(self.model.parameters())
 
     def allreduce_sum(self, arr: np.ndarray) -> np.ndarray:
@@ -238,7 +251,7 @@ class DDPAdapter(TorchAdapter):
             "broadcast_buffers": self.spec.bn_buffers is BNBuffers.BROADCAST,
             "gradient_as_bucket_view": False,
             "find_unused_parameters": False,
-            "gradient_compression": "none",
+            "gradient_compression": self.spec.grad_compression.value,
             "grad_sync": self.spec.grad_sync,
         }
 
@@ -314,6 +327,7 @@ class HorovodAdapter(TorchAdapter):
         hvd.init()
         self.hvd = hvd
         self.rank, self.world_size, self.local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
+        self.local_world_size = hvd.local_size()
         self._setup_device()
 
     def build(self, model: ModelDef, weights: Weights, input_shape: Shape, classes: int) -> None:
@@ -330,7 +344,11 @@ class HorovodAdapter(TorchAdapter):
         self.optimizer = hvd.DistributedOptimizer(
             optimizer,
             named_parameters=self.module.named_parameters(),
-            compression=hvd.Compression.none,
+            compression=(
+                hvd.Compression.fp16
+                if self.spec.grad_compression is GradCompression.FP16
+                else hvd.Compression.none
+            ),
             op=hvd.Adasum if self.adasum else hvd.Average,
         )
 
@@ -374,7 +392,7 @@ class HorovodAdapter(TorchAdapter):
         return {
             "fusion_threshold_bytes": int(os.environ["HOROVOD_FUSION_THRESHOLD"]),
             "cycle_time_ms": os.environ.get("HOROVOD_CYCLE_TIME", "default"),
-            "gradient_compression": "none",
+            "gradient_compression": self.spec.grad_compression.value,
             "op": "adasum" if self.adasum else "average",
             "bn_buffers": self.spec.bn_buffers.value,
             "autotune": self.autotune,
