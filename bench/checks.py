@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import models
 from bench import data as bdata
-from bench.spec import Engine, GradCompression, RunSpec, SpecError
+from bench.spec import Device, Engine, GradCompression, Precision, RunSpec, SpecError
 
 
 class InputError(ValueError):
@@ -57,6 +57,12 @@ def check_engine(engine: Engine, spec: RunSpec) -> None:
             raise InputError(
                 f"bucket_mb={spec.bucket_mb}: paddle's DataParallel takes whole megabytes; "
                 "use an integer"
+            )
+        if spec.device is Device.CPU and spec.precision is not Precision.FP32:
+            raise InputError(
+                f"precision={spec.precision.value} on CPU: paddle's auto_cast keeps its CPU "
+                "kernels in fp32, so it would not run what torch runs; use fp32 on CPU, "
+                "or device=cuda"
             )
         if spec.grad_compression is not GradCompression.NONE:
             raise InputError(

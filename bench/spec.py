@@ -240,10 +240,8 @@ class RunSpec:
             raise SpecError(
                 "momentum is an SGD setting; leave it at its default with optimizer=adam"
             )
-        if self.device is Device.CPU and self.precision is not Precision.FP32:
-            raise SpecError(
-                f"precision={self.precision.value} needs device=cuda; on CPU use precision=fp32"
-            )
+        if self.device is Device.CPU and self.precision is Precision.FP16:
+            raise SpecError("precision=fp16 needs device=cuda; on CPU use precision=bf16 or fp32")
         if world_size is not None:
             if world_size < 1:
                 raise SpecError(f"world size must be >= 1, got {world_size}")

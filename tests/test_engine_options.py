@@ -91,3 +91,32 @@ def test_paddle_refuses_gradient_compression(tmp_path: Path) -> None:
     proc, recs = run_direct(Engine.PADDLE, ["--grad-compression", "fp16"], tmp_path)
     assert proc.returncode == 2 and not recs
     assert "paddle.DataParallel has no gradient compression" in proc.stderr
+
+
+@pytest.mark.distributed
+def test_bf16_autocast_on_cpu_in_horovod_and_ddp(tmp_path: Path) -> None:
+    """bf16 autocast: recorded, really applied, and the same arithmetic in both engines."""
+    args = ["--model", "lenet", "--max-steps", "20", "--warmup-steps", "2"]
+    losses = {}
+    for engine in (Engine.HOROVOD, Engine.DDP):
+        for precision in ("fp32", "bf16"):
+            rec = ok_record(
+                *run_engine(engine, 2, [*args, "--precision", precision], tmp_path / precision)
+            )
+            assert rec["knobs"]["autocast_dtype"] == (None if precision == "fp32" else "bfloat16")
+            assert rec["knobs"]["loss_scaling"] is False  # only fp16 scales the loss
+            losses[engine, precision] = np.asarray(rec["step_losses"])
+    for engine in (Engine.HOROVOD, Engine.DDP):
+        # bf16 keeps 8 mantissa bits: the losses move visibly, but stay close
+        shift = np.abs(losses[engine, "bf16"] / losses[engine, "fp32"] - 1).max()
+        assert 1e-4 < shift < 0.1, (engine, shift)
+    # autocast casts the same ops; gradients reach the allreduce in fp32 in both
+    np.testing.assert_allclose(
+        losses[Engine.HOROVOD, "bf16"], losses[Engine.DDP, "bf16"], rtol=1e-6
+    )
+
+
+def test_paddle_refuses_bf16_on_cpu(tmp_path: Path) -> None:
+    proc, recs = run_direct(Engine.PADDLE, ["--precision", "bf16", "--device", "cpu"], tmp_path)
+    assert proc.returncode == 2 and not recs
+    assert "paddle's auto_cast keeps its CPU kernels in fp32" in proc.stderr

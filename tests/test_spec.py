@@ -44,7 +44,7 @@ def test_wrong_types_are_named(data: dict[str, object], message: str) -> None:
         ({"lr": 0.0}, "lr must be > 0"),
         ({"momentum": 1.5}, "momentum must be in"),
         ({"max_steps": 3, "warmup_steps": 3}, "leaves no timed step"),
-        ({"precision": "bf16"}, "needs device=cuda"),
+        ({"precision": "fp16", "device": "cpu"}, "needs device=cuda"),
         ({"test_fraction": 1.0}, "test_fraction"),
     ],
 )

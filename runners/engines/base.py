@@ -15,6 +15,14 @@ import numpy as np
 from bench.spec import Engine, RunSpec, SpecError
 from models.base import ModelDef, Shape, Weights
 
+# fp16 loss scaling, one setting for every engine (torch's defaults; Paddle's differ).
+LOSS_SCALER: dict[str, Any] = {
+    "init_scale": 2.0**16,
+    "growth_factor": 2.0,
+    "backoff_factor": 0.5,
+    "growth_interval": 2000,
+}
+
 
 class EngineAdapter(abc.ABC):
     engine: Engine

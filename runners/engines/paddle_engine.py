@@ -22,7 +22,7 @@ with warnings.catch_warnings():
 
 from bench.spec import BNBuffers, Device, Engine, Optimizer, Precision, SpecError
 from models.base import ModelDef, Shape, Weights
-from runners.engines.base import EngineAdapter
+from runners.engines.base import LOSS_SCALER, EngineAdapter
 
 
 class PaddleAdapter(EngineAdapter):
@@ -36,17 +36,24 @@ class PaddleAdapter(EngineAdapter):
         return int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))
 
     def init(self) -> None:
-        if self.spec.precision is not Precision.FP32:
-            raise SpecError(
-                f"precision={self.spec.precision.value} is not supported by the paddle runner "
-                "yet; use --precision fp32"
-            )
         if self.spec.device is Device.CUDA:
             if not paddle.is_compiled_with_cuda():
                 raise SpecError("device=cuda but this paddle is a CPU build; use --device cpu")
             paddle.set_device(f"gpu:{dist.ParallelEnv().device_id}")
         else:
             paddle.set_device("cpu")
+        # Mixed precision: O1 autocast, and for fp16 a loss scaler set like torch's.
+        self._amp_dtype: Any = {Precision.FP16: "float16", Precision.BF16: "bfloat16"}.get(
+            self.spec.precision
+        )
+        self._scaler = paddle.amp.GradScaler(
+            enable=self.spec.precision is Precision.FP16,
+            init_loss_scaling=LOSS_SCALER["init_scale"],
+            incr_ratio=LOSS_SCALER["growth_factor"],
+            decr_ratio=LOSS_SCALER["backoff_factor"],
+            incr_every_n_steps=LOSS_SCALER["growth_interval"],
+            decr_every_n_nan_or_inf=1,  # torch backs off at the first inf step
+        )
         self._parallel = self.expected_world_size() > 1
         if self._parallel:
             dist.init_parallel_env()
@@ -118,9 +125,19 @@ class PaddleAdapter(EngineAdapter):
             for buf in self.layer.buffers():
                 dist.broadcast(buf, src=0)
         self.optimizer.set_lr(lr)
-        loss = F.cross_entropy(self.model(x), y)
-        loss.backward()
-        self.optimizer.step()
+        with paddle.amp.auto_cast(
+            enable=self._amp_dtype is not None, level="O1", dtype=self._amp_dtype or "float32"
+        ):
+            loss = F.cross_entropy(self.model(x), y)
+        if self._scaler.is_enable():
+            # DataParallel has averaged the gradients by the end of backward, so every
+            # rank unscales (and checks for inf) the same values.
+            self._scaler.scale(loss).backward()
+            self._scaler.step(self.optimizer)
+            self._scaler.update()
+        else:
+            loss.backward()
+            self.optimizer.step()
         self.optimizer.clear_grad()
         return loss
 
@@ -201,6 +218,9 @@ class PaddleAdapter(EngineAdapter):
             "grad_sync": self.spec.grad_sync,
             "bn_buffers": self.spec.bn_buffers.value,
             "gradient_compression": "none",
+            "autocast_dtype": self._amp_dtype,
+            "loss_scaling": self._scaler.is_enable(),
+            **({"loss_scaler": LOSS_SCALER} if self._scaler.is_enable() else {}),
         }
 
     def threads(self) -> dict[str, Any]:

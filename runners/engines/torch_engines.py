@@ -31,7 +31,9 @@ from bench.spec import (
     SpecError,
 )
 from models.base import ModelDef, Shape, Weights
-from runners.engines.base import EngineAdapter
+from runners.engines.base import LOSS_SCALER, EngineAdapter
+
+AMP_DTYPES = {Precision.FP16: torch.float16, Precision.BF16: torch.bfloat16}
 
 
 class TorchAdapter(EngineAdapter):
@@ -52,12 +54,13 @@ class TorchAdapter(EngineAdapter):
             if not torch.cuda.is_available():
                 raise SpecError("device=cuda but torch sees no CUDA GPU; use --device cpu")
             torch.cuda.set_device(self.local_rank)
-        if self.spec.precision is not Precision.FP32:
-            raise SpecError(
-                f"precision={self.spec.precision.value} is not supported by the {self.engine.value} "
-                "runner yet; use --precision fp32"
-            )
         torch.set_num_threads(self.spec.threads)
+        # Mixed precision: autocast to the spec's dtype; fp16 also scales the loss
+        # (torch's default GradScaler settings, which Paddle's runner copies).
+        self._amp_dtype = AMP_DTYPES.get(self.spec.precision)
+        self._scaler = torch.amp.GradScaler(
+            self.device.type, enabled=self.spec.precision is Precision.FP16, **LOSS_SCALER
+        )
 
     def _make_optimizer(self, params: Any) -> torch.optim.Optimizer:
         s = self.spec
@@ -90,14 +93,35 @@ class TorchAdapter(EngineAdapter):
             torch.from_numpy(y).to(self.device, non_blocking=True),
         )
 
+    def amp_knobs(self) -> dict[str, Any]:
+        scaler = self._scaler
+        return {
+            "autocast_dtype": str(self._amp_dtype).replace("torch.", "")
+            if self._amp_dtype
+            else None,
+            "loss_scaling": scaler.is_enabled(),
+            **({"loss_scaler": LOSS_SCALER} if scaler.is_enabled() else {}),
+        }
+
+    def _forward_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(
+            self.device.type, dtype=self._amp_dtype, enabled=self._amp_dtype is not None
+        ):
+            return F.cross_entropy(self.model(x), y)
+
+    def _apply_step(self) -> None:
+        """Optimizer step after backward; Horovod overrides it to reduce before unscaling."""
+        self._scaler.step(self.optimizer)
+        self._scaler.update()
+
     def train_step(self, batch: Any, lr: float) -> Any:
         x, y = batch
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.zero_grad()
-        loss = F.cross_entropy(self.model(x), y)
-        loss.backward()
-        self.optimizer.step()
+        loss = self._forward_loss(x, y)
+        self._scaler.scale(loss).backward()
+        self._apply_step()
         return loss.detach()
 
     def loss_value(self, loss: Any) -> float:
@@ -253,6 +277,7 @@ class DDPAdapter(TorchAdapter):
             "find_unused_parameters": False,
             "gradient_compression": self.spec.grad_compression.value,
             "grad_sync": self.spec.grad_sync,
+            **self.amp_knobs(),
         }
 
     def shutdown(self) -> None:
@@ -359,6 +384,17 @@ class HorovodAdapter(TorchAdapter):
                 self.hvd.broadcast_(buf, root_rank=0, name=f"bench.buffer.{i}")
         return super().train_step(batch, lr)
 
+    def _apply_step(self) -> None:
+        if not (self._scaler.is_enabled() and self.spec.grad_sync):
+            return super()._apply_step()
+        # Horovod's recipe with a loss scaler: finish the allreduce first, so that every
+        # rank unscales (and checks for inf) the same averaged gradients.
+        self.optimizer.synchronize()  # type: ignore[attr-defined]
+        self._scaler.unscale_(self.optimizer)
+        with self.optimizer.skip_synchronize():  # type: ignore[attr-defined]
+            self._scaler.step(self.optimizer)
+        self._scaler.update()
+
     def allreduce_sum(self, arr: np.ndarray) -> np.ndarray:
         return self.hvd.allreduce(self._tensor(arr), op=self.hvd.Sum).cpu().numpy()
 
@@ -398,6 +434,7 @@ class HorovodAdapter(TorchAdapter):
             "autotune": self.autotune,
             "timeline": "timeline" in self.options,
             "grad_sync": self.spec.grad_sync,
+            **self.amp_knobs(),
         }
 
     def finish(self, steps: int) -> dict[str, Any]:
