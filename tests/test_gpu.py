@@ -1,0 +1,59 @@
+"""The CUDA path: NCCL, one GPU per rank, device memory, mixed precision.
+
+Marked `gpu`: skipped on machines without a CUDA GPU, and failed instead when
+BENCH_EXPECT_GPU=1 says one must be there (scripts/gpu_check.sh sets it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench.spec import Engine
+from tests.conftest import ok_record, run_engine
+
+pytestmark = [pytest.mark.gpu, pytest.mark.distributed]
+ENGINES = (Engine.HOROVOD, Engine.DDP, Engine.PADDLE)
+LENET = ["--model", "lenet", "--device", "cuda", "--max-steps", "40", "--warmup-steps", "5"]
+
+
+def _gpu_count() -> int:
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.fail("BENCH_EXPECT_GPU=1 but torch sees no CUDA GPU")
+    return int(torch.cuda.device_count())
+
+
+@pytest.mark.parametrize("engine", ENGINES, ids=lambda e: e.value)
+def test_one_gpu_per_rank_over_nccl(engine: Engine, tmp_path: Path) -> None:
+    workers = min(_gpu_count(), 2)
+    rec = ok_record(*run_engine(engine, workers, LENET, tmp_path))
+    assert rec["spec"]["device"] == "cuda"
+    assert rec["env"]["gpus"], "nvidia-smi found no GPU for the record"
+    assert all(mb > 0 for mb in rec["resources"]["peak_gpu_mb"])
+    if engine is not Engine.HOROVOD:  # Horovod's versions name its build, not a backend
+        assert rec["engine_versions"]["backend"] == "nccl"
+
+
+@pytest.mark.parametrize("engine", ENGINES, ids=lambda e: e.value)
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_mixed_precision_on_gpu(engine: Engine, precision: str, tmp_path: Path) -> None:
+    fp32 = ok_record(*run_engine(engine, 1, LENET, tmp_path / "fp32"))
+    amp = ok_record(*run_engine(engine, 1, [*LENET, "--precision", precision], tmp_path / "amp"))
+    assert amp["knobs"]["loss_scaling"] is (precision == "fp16")
+    shift = np.abs(np.asarray(amp["step_losses"]) / np.asarray(fp32["step_losses"]) - 1)
+    assert 0 < shift.max() < 0.1  # lower precision is applied, and training still follows fp32
+
+
+def test_horovod_and_ddp_agree_on_two_gpus(tmp_path: Path) -> None:
+    if _gpu_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    losses = [
+        np.asarray(ok_record(*run_engine(e, 2, LENET, tmp_path / e.value))["step_losses"])
+        for e in (Engine.HOROVOD, Engine.DDP)
+    ]
+    # NCCL's reduction order may differ between the two: close, not bit-identical
+    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-4)
