@@ -1,7 +1,9 @@
 """Datasets as numpy arrays behind one interface, and the engine-independent data order.
 
 Nothing downloads: `digits` ships inside scikit-learn, `synthetic` is generated
-from the seed, and `mnist` is read from IDX files the user points at. The data
+from the seed, and `mnist` and `cifar10` are read from the standard files the
+user points at. Augmentation (cifar10) is drawn per (seed, epoch, sample index),
+so it is the same pixels whichever rank or batch a sample lands in. The data
 order is one numpy permutation per (seed, epoch), sharded by rank the same way
 for every engine, so that N workers x batch B see exactly the samples that
 1 worker x batch N*B sees, step by step.
@@ -23,6 +25,7 @@ import numpy as np
 _SPLIT_STREAM = 1
 _ORDER_STREAM = 2
 _SYNTH_STREAM = 3
+_AUGMENT_STREAM = 4
 
 
 class DataError(ValueError):
@@ -37,6 +40,14 @@ class Dataset:
     test_x: np.ndarray
     test_y: np.ndarray
     num_classes: int
+    # standard training augmentation of this dataset, if it has one: pad-and-crop
+    # padding in pixels (random horizontal flips come with it)
+    crop_pad: int = 0
+    pad_value: tuple[float, ...] = ()  # per channel: what black is after normalisation
+
+    @property
+    def augments(self) -> bool:
+        return self.crop_pad > 0
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -152,10 +163,107 @@ def load_mnist(
     )
 
 
+CIFAR10_TRAIN = [f"data_batch_{i}.bin" for i in range(1, 6)]
+CIFAR10_TEST = "test_batch.bin"
+_CIFAR_RECORD = 1 + 3 * 32 * 32  # label byte, then 1024 red, 1024 green, 1024 blue
+
+
+def read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """One CIFAR-10 binary batch file: (uint8 images [N, 3, 32, 32], labels [N])."""
+    raw = np.fromfile(path, dtype=np.uint8)
+    if raw.size == 0 or raw.size % _CIFAR_RECORD:
+        raise DataError(
+            f"{path} is truncated or not a CIFAR-10 binary batch: {raw.size} bytes is not a "
+            f"whole number of {_CIFAR_RECORD}-byte records"
+        )
+    rows = raw.reshape(-1, _CIFAR_RECORD)
+    labels = rows[:, 0].astype(np.int64)
+    if labels.max() > 9:
+        raise DataError(f"{path}: label {labels.max()} out of range 0-9; not a CIFAR-10 file")
+    return rows[:, 1:].reshape(-1, 3, 32, 32), labels
+
+
+def load_cifar10(
+    seed: int, test_fraction: float, data_path: str | None = None, **_: object
+) -> Dataset:
+    """CIFAR-10 from the standard binary batches at `data_path`; standard split.
+
+    Normalised per channel by the training set's mean and std; training batches get
+    the standard augmentation (4-pixel pad and random 32x32 crop, random flip).
+    """
+    files = [*CIFAR10_TRAIN, CIFAR10_TEST]
+    if not data_path:
+        raise DataError(
+            "dataset 'cifar10' needs --data-path DIR, the directory holding the binary "
+            f"batches ({', '.join(files)}; cifar-10-batches-bin/ as unpacked); nothing is "
+            "downloaded"
+        )
+    root = Path(data_path)
+    if (root / "cifar-10-batches-bin").is_dir():
+        root = root / "cifar-10-batches-bin"
+    missing = [f for f in files if not (root / f).is_file()]
+    if missing:
+        raise DataError(
+            f"CIFAR-10 file(s) {', '.join(missing)} not found in {root}; unpack the binary "
+            "version (cifar-10-binary.tar.gz) there; nothing is downloaded"
+        )
+    parts = [read_cifar_batch(root / f) for f in CIFAR10_TRAIN]
+    train_u8 = np.concatenate([x for x, _ in parts])
+    train_y = np.concatenate([y for _, y in parts])
+    test_u8, test_y = read_cifar_batch(root / CIFAR10_TEST)
+    mean = train_u8.mean(axis=(0, 2, 3), dtype=np.float64) / 255.0
+    std = train_u8.std(axis=(0, 2, 3), dtype=np.float64) / 255.0
+    std = np.where(std > 0, std, 1.0)
+
+    def norm(x: np.ndarray) -> np.ndarray:
+        out = x.astype(np.float32) / np.float32(255.0)
+        out -= mean.astype(np.float32)[None, :, None, None]
+        out /= std.astype(np.float32)[None, :, None, None]
+        return out
+
+    return Dataset(
+        "cifar10",
+        norm(train_u8),
+        train_y,
+        norm(test_u8),
+        test_y,
+        10,
+        crop_pad=4,
+        pad_value=tuple(float(v) for v in -mean / std),
+    )
+
+
+def augment(dataset: Dataset, idx: np.ndarray, seed: int, epoch: int) -> np.ndarray:
+    """The training inputs of samples `idx` this epoch, augmented if the dataset is.
+
+    Crop offsets and flips are drawn for every training index at once from
+    (seed, epoch), then looked up by index: a sample's pixels do not depend on the
+    rank, batch or engine that trains on it.
+    """
+    x = dataset.train_x[idx]
+    if not dataset.augments:
+        return x
+    pad = dataset.crop_pad
+    n = len(dataset.train_y)
+    rng = _rng(seed, _AUGMENT_STREAM, epoch)
+    offsets = rng.integers(0, 2 * pad + 1, size=(2, n))
+    flips = rng.random(n) < 0.5
+    oy, ox, flip = offsets[0][idx], offsets[1][idx], flips[idx]
+    b, c, h, w = x.shape
+    padded = np.empty((b, c, h + 2 * pad, w + 2 * pad), dtype=x.dtype)
+    padded[:] = np.asarray(dataset.pad_value, dtype=x.dtype)[None, :, None, None]
+    padded[:, :, pad : pad + h, pad : pad + w] = x
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (h, w), axis=(2, 3))
+    out = windows[np.arange(b), :, oy, ox]  # [b, c, h, w]
+    out[flip] = out[flip][..., ::-1]
+    return np.ascontiguousarray(out)
+
+
 LOADERS: dict[str, Callable[..., Dataset]] = {
     "digits": load_digits,
     "synthetic": load_synthetic,
     "mnist": load_mnist,
+    "cifar10": load_cifar10,
 }
 
 

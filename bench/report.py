@@ -107,6 +107,7 @@ def frame(recs: Iterable[dict[str, Any]], target: float = DEFAULT_TARGET) -> pd.
                 "final_accuracy": r.get("final_accuracy"),
                 "time_to_target": time_to_target(r.get("epochs") or [], target),
                 "peak_rss_mb": max(res.get("peak_rss_mb") or [np.nan]),
+                "input_ms": max((r.get("input_pipeline") or {}).get("ms_per_step") or [np.nan]),
                 "cpu_util": float(np.mean(res.get("cpu_utilisation") or [np.nan])),
                 "init_fp": fps.get("init_weights"),
                 "data_fp": fps.get("data_order"),
@@ -187,6 +188,8 @@ def _rank_rows(gdf: pd.DataFrame) -> pd.DataFrame:
                 "rank max/s": float(np.median(hi)) if hi.size else np.nan,
                 "step p50 ms": float(np.percentile(steps, 50) * 1e3) if steps.size else np.nan,
                 "step p95 ms": float(np.percentile(steps, 95) * 1e3) if steps.size else np.nan,
+                # building a step's batch (augmentation included), outside the timed loop
+                "input ms": float(cell["input_ms"].median()),
                 # achieved compute: median throughput x training FLOPs per sample
                 "GFLOP/s": float(cell["throughput"].median() * cell["train_flops"].iloc[0] / 1e9),
                 "peak RSS MB": float(cell["peak_rss_mb"].max()),
@@ -345,6 +348,7 @@ _FORMATS = {
     "step p50 ms": "{:.2f}",
     "GFLOP/s": "{:.2f}",
     "step p95 ms": "{:.2f}",
+    "input ms": "{:.2f}",
     "peak RSS MB": "{:,.0f}",
     "CPU util": "{:.2f}",
     "vs fastest": "{:.2f}",

@@ -122,6 +122,7 @@ class RunSpec:
     # of a step spent in communication that computation does not hide.
     grad_sync: bool = True
     grad_compression: GradCompression = GradCompression.NONE
+    augment: bool = True  # the dataset's standard training augmentation, where it has one
     # BatchNorm, where engines quietly differ: momentum in torch's convention (paddle's
     # is 1 - m), epsilon, and the running statistics across ranks.
     bn_momentum: float = 0.1
@@ -280,8 +281,8 @@ def _coerce(name: str, hint: Any, value: Any) -> Any:
 
 _FLAG_HELP = {
     "model": "reference model (see `bench models`)",
-    "dataset": "synthetic | digits | mnist",
-    "data_path": "directory holding dataset files (mnist: the four IDX files)",
+    "dataset": "synthetic | digits | mnist | cifar10",
+    "data_path": "directory holding dataset files (mnist: the four IDX files; cifar10: the binary batches)",
     "batch_size": "per-worker batch (weak scaling) or global batch (strong scaling)",
     "max_steps": "stop after this many training steps in total",
     "warmup_steps": "first steps excluded from timing",
@@ -290,6 +291,7 @@ _FLAG_HELP = {
     "bucket_mb": "gradient bucket / fusion buffer size in MB, applied to every engine",
     "threads": "intra-op threads per worker (OMP/MKL and the framework's own)",
     "grad_sync": "false: skip gradient averaging (compute-only twin for communication cost)",
+    "augment": "the dataset's standard training augmentation (cifar10: pad-4 crop, flip)",
     "grad_compression": "gradients cast to fp16 for the allreduce (horovod, ddp)",
     "bn_momentum": "BatchNorm momentum, torch's convention (paddle gets 1 - m)",
     "bn_buffers": "BatchNorm running statistics: local per rank, or broadcast from rank 0 each step",

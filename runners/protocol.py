@@ -167,6 +167,7 @@ def train(
     step_losses: list[float] = []
     step = 0
     loop_wall = 0.0
+    input_time, input_steps = 0.0, 0
     wall0 = time.perf_counter()
     cpu0 = time.process_time()  # all threads of this process: compute, gloo, horovod's
     tag = f"[{adapter.engine.value} np={world}]"
@@ -176,11 +177,15 @@ def train(
         # loop does what a hand-written one does: step, synchronise, time.
         n_steps = min(spe, total - step)
         plan = []
+        t_in = time.perf_counter()  # the input pipeline: indices, augmentation, tensors
         for s in range(n_steps):
             idx = bdata.shard(order, s, rank, per, world)
             order_hash.update(idx.astype(np.int64).tobytes())
-            batch = adapter.to_batch(dataset.train_x[idx], dataset.train_y[idx])
+            x = bdata.augment(dataset, idx, spec.seed, epoch) if spec.augment else None
+            batch = adapter.to_batch(dataset.train_x[idx] if x is None else x, dataset.train_y[idx])
             plan.append((batch, spec.lr_at(step + s, spe, world, total)))
+        input_time += time.perf_counter() - t_in
+        input_steps += n_steps
         pending: list[Any] = []  # loss tensors, read back after the loop (no per-step sync)
         train_time = 0.0
         mark = None  # wall clock of the timed steps, harness work between them included
@@ -232,7 +237,14 @@ def train(
     gpu_mb = adapter.peak_device_memory_mb()
     usage = adapter.allgather(
         np.asarray(
-            [peak_rss_mb(), busy, np.nan if gpu_mb is None else gpu_mb, loop_wall], dtype=np.float64
+            [
+                peak_rss_mb(),
+                busy,
+                np.nan if gpu_mb is None else gpu_mb,
+                loop_wall,
+                1e3 * input_time / max(input_steps, 1),
+            ],
+            dtype=np.float64,
         )
     )
     step_times = adapter.allgather(np.asarray(timed, dtype=np.float64))  # [world, n_timed]
@@ -281,6 +293,18 @@ def train(
                 "peak_rss_mb": usage[:, 0].tolist(),
                 "cpu_utilisation": usage[:, 1].tolist(),  # CPU-seconds per second, per rank
                 "peak_gpu_mb": None if gpu_mb is None else usage[:, 2].tolist(),
+            },
+            # Batches are built before each epoch's timed loop; this is what building them
+            # costs per step. Above 1x the step time, a pipeline overlapping the two would
+            # be bound by its input, not by the engine.
+            "input_pipeline": {
+                "ms_per_step": usage[:, 4].tolist(),
+                "augmented": bool(spec.augment and dataset.augments),
+                "vs_step_time": (
+                    float(usage[:, 4].max() / (1e3 * np.median(step_times)))
+                    if step_times.size
+                    else None
+                ),
             },
             "step_times_s": step_times.tolist(),
             "throughput": per * world * n_timed / float(per_rank_total.max()),

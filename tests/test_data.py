@@ -86,6 +86,92 @@ def test_truncated_idx_is_reported(tmp_path: Path) -> None:
 
 def test_unknown_dataset() -> None:
     with pytest.raises(
-        data.DataError, match="unknown dataset 'cifar'; choose one of: digits, mnist, synthetic"
+        data.DataError,
+        match="unknown dataset 'imagenet'; choose one of: cifar10, digits, mnist, synthetic",
     ):
-        data.load_dataset("cifar", seed=0, test_fraction=0.2)
+        data.load_dataset("imagenet", seed=0, test_fraction=0.2)
+
+
+# -- CIFAR-10 ------------------------------------------------------------------------
+
+
+def write_cifar(root: Path, per_file: int = 20, seed: int = 0) -> np.ndarray:
+    """Standard-format CIFAR-10 binary batches with random pixels; returns the test images."""
+    rng = np.random.default_rng(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    test = None
+    for name in [*data.CIFAR10_TRAIN, data.CIFAR10_TEST]:
+        images = rng.integers(0, 256, (per_file, 3, 32, 32), dtype=np.uint8)
+        labels = rng.integers(0, 10, per_file, dtype=np.uint8)
+        rows = np.concatenate([labels[:, None], images.reshape(per_file, -1)], axis=1)
+        (root / name).write_bytes(rows.tobytes())
+        test = images
+    assert test is not None
+    return test
+
+
+def test_cifar10_reader_layout_and_normalisation(tmp_path: Path) -> None:
+    test_u8 = write_cifar(tmp_path / "cifar-10-batches-bin")
+    ds = data.load_dataset("cifar10", seed=0, test_fraction=0.2, data_path=str(tmp_path))
+    assert ds.train_x.shape == (100, 3, 32, 32) and ds.test_x.shape == (20, 3, 32, 32)
+    assert ds.train_x.dtype == np.float32 and ds.num_classes == 10 and ds.augments
+    # per-channel standardisation by the training set
+    np.testing.assert_allclose(ds.train_x.mean(axis=(0, 2, 3)), 0, atol=1e-5)
+    np.testing.assert_allclose(ds.train_x.std(axis=(0, 2, 3)), 1, atol=1e-4)
+    # channel planes stay in R, G, B order: the test images map back pixel for pixel
+    for c in range(3):
+        a = test_u8[:, c].astype(np.float64).ravel()
+        b = ds.test_x[:, c].astype(np.float64).ravel()
+        assert np.corrcoef(a, b)[0, 1] > 0.9999
+
+
+def test_cifar10_bad_files_are_named(tmp_path: Path) -> None:
+    with pytest.raises(data.DataError, match="needs --data-path"):
+        data.load_dataset("cifar10", seed=0, test_fraction=0.2)
+    write_cifar(tmp_path)
+    (tmp_path / "data_batch_3.bin").unlink()
+    with pytest.raises(data.DataError, match=r"data_batch_3\.bin not found"):
+        data.load_dataset("cifar10", seed=0, test_fraction=0.2, data_path=str(tmp_path))
+    write_cifar(tmp_path)
+    p = tmp_path / "test_batch.bin"
+    p.write_bytes(p.read_bytes()[:-7])
+    with pytest.raises(data.DataError, match="truncated or not a CIFAR-10 binary batch"):
+        data.load_dataset("cifar10", seed=0, test_fraction=0.2, data_path=str(tmp_path))
+
+
+def _augment_reference(ds: data.Dataset, i: int, oy: int, ox: int, flip: bool) -> np.ndarray:
+    """One sample by hand: pad with black, crop at (oy, ox), maybe mirror."""
+    pad = ds.crop_pad
+    img = np.empty((3, 32 + 2 * pad, 32 + 2 * pad), dtype=np.float32)
+    for c in range(3):
+        img[c] = ds.pad_value[c]
+    img[:, pad:-pad, pad:-pad] = ds.train_x[i]
+    crop = img[:, oy : oy + 32, ox : ox + 32]
+    return crop[:, :, ::-1] if flip else crop
+
+
+def test_augmentation_is_per_sample_index_and_standard(tmp_path: Path) -> None:
+    write_cifar(tmp_path)
+    ds = data.load_dataset("cifar10", seed=0, test_fraction=0.2, data_path=str(tmp_path))
+    idx = np.arange(len(ds.train_y))
+    full = data.augment(ds, idx, seed=7, epoch=3)
+    # the same sample gets the same pixels in any batch, in any position
+    for part in (idx[::-1][:13], idx[40:47], np.array([5])):
+        np.testing.assert_array_equal(data.augment(ds, part, seed=7, epoch=3), full[part])
+    # every sample is one of the 9x9x2 standard pad-4 crops (with or without a flip)
+    for i in (0, 17, 99):
+        matches = [
+            (oy, ox, f)
+            for oy in range(9)
+            for ox in range(9)
+            for f in (False, True)
+            if np.array_equal(full[i], _augment_reference(ds, i, oy, ox, f))
+        ]
+        assert matches, f"sample {i} is not a pad-4 crop of itself"
+    # a new epoch or seed draws anew; black padding shows up where crops reach the edge
+    assert not np.array_equal(full, data.augment(ds, idx, seed=7, epoch=4))
+    assert not np.array_equal(full, data.augment(ds, idx, seed=8, epoch=3))
+    assert np.isclose(full[:, 0], ds.pad_value[0]).any()
+    # datasets without augmentation come back untouched
+    digits = data.load_dataset("digits", seed=0, test_fraction=0.2)
+    np.testing.assert_array_equal(data.augment(digits, idx[:5], 0, 0), digits.train_x[:5])

@@ -83,3 +83,14 @@ def test_paddle_and_torch_trajectories_at_one_worker(tmp_path: Path) -> None:
     t, p = np.array(torch_run["step_losses"]), np.array(paddle_run["step_losses"])
     np.testing.assert_allclose(p[0], t[0], rtol=1e-6)
     np.testing.assert_allclose(p[1:3], t[1:3], rtol=2e-3)
+
+
+def test_horovod_at_one_worker_is_the_plain_torch_run(tmp_path: Path) -> None:
+    """Horovod at np=1 (its launcher, a one-rank ring) trains exactly what DDP's np=1 does."""
+    hvd = ok_record(*run_engine(Engine.HOROVOD, 1, TINY, tmp_path))
+    ddp = ok_record(*run_engine(Engine.DDP, 1, TINY, tmp_path))
+    assert (
+        hvd["world_size"] == 1
+        and hvd["fingerprints"]["init_weights"] == (ddp["fingerprints"]["init_weights"])
+    )
+    np.testing.assert_allclose(hvd["step_losses"], ddp["step_losses"], rtol=1e-6)

@@ -125,10 +125,11 @@ class PaddleAdapter(EngineAdapter):
             for buf in self.layer.buffers():
                 dist.broadcast(buf, src=0)
         self.optimizer.set_lr(lr)
-        with paddle.amp.auto_cast(
-            enable=self._amp_dtype is not None, level="O1", dtype=self._amp_dtype or "float32"
-        ):
+        if self._amp_dtype is None:  # fp32: no autocast context at all, as a plain loop
             loss = F.cross_entropy(self.model(x), y)
+        else:
+            with paddle.amp.auto_cast(level="O1", dtype=self._amp_dtype):
+                loss = F.cross_entropy(self.model(x), y)
         if self._scaler.is_enable():
             # DataParallel has averaged the gradients by the end of backward, so every
             # rank unscales (and checks for inf) the same values.

@@ -104,9 +104,9 @@ class TorchAdapter(EngineAdapter):
         }
 
     def _forward_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        with torch.autocast(
-            self.device.type, dtype=self._amp_dtype, enabled=self._amp_dtype is not None
-        ):
+        if self._amp_dtype is None:  # fp32: no autocast context at all, as a plain loop
+            return F.cross_entropy(self.model(x), y)
+        with torch.autocast(self.device.type, dtype=self._amp_dtype):
             return F.cross_entropy(self.model(x), y)
 
     def _apply_step(self) -> None:
