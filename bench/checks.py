@@ -26,7 +26,16 @@ def prepare(spec: RunSpec, world_size: int) -> tuple[models.ModelDef, bdata.Data
             data_path=spec.data_path,
             input_shape=model.synthetic_shape,
             samples=spec.synthetic_samples,
+            tokens=model.tokens,
         )
+        if dataset.tokens != model.tokens:
+            kind = {True: "token sequences", False: "images/feature vectors"}
+            fits = sorted(m for m in models.names() if models.get(m).tokens == dataset.tokens)
+            raise InputError(
+                f"dataset {spec.dataset!r} holds {kind[dataset.tokens]} but model "
+                f"{spec.model!r} reads {kind[model.tokens]}; models for this dataset: "
+                + ", ".join(fits)
+            )
         try:
             model.check_input(dataset.input_shape)
         except ValueError as exc:

@@ -439,10 +439,12 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_models(_: argparse.Namespace) -> int:
+    width = max(map(len, models.names()))
     for name in models.names():
         m = models.get(name)
         print(
-            f"{name:8} {m.description} (default dataset {m.default_dataset}, batch {m.default_batch})"
+            f"{name:{width}} {m.description} "
+            f"(default dataset {m.default_dataset}, batch {m.default_batch})"
         )
     return 0
 

@@ -44,6 +44,9 @@ class Dataset:
     # padding in pixels (random horizontal flips come with it)
     crop_pad: int = 0
     pad_value: tuple[float, ...] = ()  # per channel: what black is after normalisation
+    # token sequences (x: int64 ids [N, seq], y: the next token at each position)
+    # rather than inputs with one label each
+    tokens: bool = False
 
     @property
     def augments(self) -> bool:
@@ -100,13 +103,59 @@ def load_synthetic(
     input_shape: tuple[int, ...] = (1, 28, 28),
     num_classes: int = 10,
     samples: int = 2048,
+    tokens: bool = False,
     **_: object,
 ) -> Dataset:
-    """Fixed random inputs and labels: for throughput, where accuracy means nothing."""
+    """Fixed random inputs and labels: for throughput, where accuracy means nothing.
+
+    For token models: random ids from a SYNTHETIC_VOCAB vocabulary.
+    """
     rng = _rng(seed, _SYNTH_STREAM)
+    if tokens:
+        (seq,) = input_shape
+        ids = rng.integers(0, SYNTHETIC_VOCAB, (samples, seq + 1))
+        return _token_split(ids, seed, test_fraction, "synthetic", SYNTHETIC_VOCAB)
     x = rng.standard_normal((samples, *input_shape), dtype=np.float32)
     y = rng.integers(0, num_classes, samples)
     return _split(x, y, seed, test_fraction, "synthetic")
+
+
+SYNTHETIC_VOCAB = 64
+SONNETS = Path(__file__).resolve().parent / "corpora" / "sonnets.txt"
+SONNETS_SEQ = 64  # tokens per training sequence
+
+
+def _token_split(
+    windows: np.ndarray, seed: int, test_fraction: float, name: str, vocab: int
+) -> Dataset:
+    """Windows of seq+1 ids as (input, next-token target) pairs, split by the seed."""
+    order = _rng(seed, _SPLIT_STREAM).permutation(len(windows))
+    n_test = round(len(windows) * test_fraction)
+    test, train = windows[order[:n_test]], windows[order[n_test:]]
+    return Dataset(
+        name,
+        np.ascontiguousarray(train[:, :-1], dtype=np.int64),
+        np.ascontiguousarray(train[:, 1:], dtype=np.int64),
+        np.ascontiguousarray(test[:, :-1], dtype=np.int64),
+        np.ascontiguousarray(test[:, 1:], dtype=np.int64),
+        vocab,
+        tokens=True,
+    )
+
+
+def load_sonnets(seed: int, test_fraction: float, **_: object) -> Dataset:
+    """Shakespeare's sonnets (bench/corpora, public domain), character-level.
+
+    The vocabulary is the corpus's own sorted characters; the text is cut into
+    non-overlapping windows of SONNETS_SEQ+1 characters.
+    """
+    text = SONNETS.read_text(encoding="utf-8")
+    chars = sorted(set(text))
+    lookup = {c: i for i, c in enumerate(chars)}
+    ids = np.fromiter((lookup[c] for c in text), dtype=np.int64, count=len(text))
+    n = len(ids) // (SONNETS_SEQ + 1)
+    windows = ids[: n * (SONNETS_SEQ + 1)].reshape(n, SONNETS_SEQ + 1)
+    return _token_split(windows, seed, test_fraction, "sonnets", len(chars))
 
 
 _MNIST_FILES = {
@@ -264,6 +313,7 @@ LOADERS: dict[str, Callable[..., Dataset]] = {
     "synthetic": load_synthetic,
     "mnist": load_mnist,
     "cifar10": load_cifar10,
+    "sonnets": load_sonnets,
 }
 
 
@@ -276,8 +326,9 @@ def load_dataset(
     input_shape: tuple[int, ...] = (1, 28, 28),
     num_classes: int = 10,
     samples: int = 2048,
+    tokens: bool = False,
 ) -> Dataset:
-    """Load a dataset by name; synthetic data takes the model's input shape."""
+    """Load a dataset by name; synthetic data takes the model's input shape and kind."""
     if name not in LOADERS:
         raise DataError(f"unknown dataset {name!r}; choose one of: {', '.join(sorted(LOADERS))}")
     return LOADERS[name](
@@ -287,6 +338,7 @@ def load_dataset(
         input_shape=input_shape,
         num_classes=num_classes,
         samples=samples,
+        tokens=tokens,
     )
 
 

@@ -97,7 +97,7 @@ class RunSpec:
     """
 
     model: str = "lenet"
-    dataset: str = "digits"
+    dataset: str = ""  # empty: the model's own default dataset; resolved when built
     data_path: str | None = None
     batch_size: int = 32
     scaling: Scaling = Scaling.WEAK
@@ -137,6 +137,14 @@ class RunSpec:
         # A spec always names its device, so records and cell keys say where it ran.
         if self.device is Device.AUTO:
             object.__setattr__(self, "device", detect_device())
+        if not self.dataset:
+            import models
+
+            try:
+                default = models.get(self.model).default_dataset
+            except models.UnknownModelError as exc:
+                raise SpecError(str(exc)) from None
+            object.__setattr__(self, "dataset", default)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunSpec:
@@ -281,7 +289,7 @@ def _coerce(name: str, hint: Any, value: Any) -> Any:
 
 _FLAG_HELP = {
     "model": "reference model (see `bench models`)",
-    "dataset": "synthetic | digits | mnist | cifar10",
+    "dataset": "synthetic | digits | mnist | cifar10 | sonnets",
     "data_path": "directory holding dataset files (mnist: the four IDX files; cifar10: the binary batches)",
     "batch_size": "per-worker batch (weak scaling) or global batch (strong scaling)",
     "max_steps": "stop after this many training steps in total",
@@ -312,6 +320,8 @@ def add_spec_flags(parser: argparse.ArgumentParser, defaults: RunSpec | None = N
         shown = default.value if isinstance(default, enum.Enum) else default
         if f.name == "device":  # the default is resolved per machine
             shown = "auto: cuda where a CUDA GPU is visible, else cpu"
+        if f.name == "dataset":
+            shown = "the model's own (see `bench models`)"
         kwargs: dict[str, Any] = {
             "dest": f.name,
             "default": None,
@@ -339,9 +349,16 @@ def _parse_bool(text: str) -> bool:
 
 def spec_from_args(args: argparse.Namespace, base: RunSpec | None = None) -> RunSpec:
     """The spec given by parsed flags on top of `base` (flags left unset keep base's values)."""
-    data = (base or RunSpec()).to_dict()
+    base = base or RunSpec()
+    data = base.to_dict()
     for name in data:
         value = getattr(args, name, None)
         if value is not None:
             data[name] = value
+    # another model without a dataset: that model's default, unless base chose one
+    if getattr(args, "dataset", None) is None and data["model"] != base.model:
+        import models
+
+        if models.get(base.model).default_dataset == base.dataset:
+            data["dataset"] = ""
     return RunSpec.from_dict(data)

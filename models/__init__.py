@@ -19,6 +19,7 @@ _MODULES = {
     "lenet": "models.lenet:MODEL",
     "resnet18": "models.resnet:RESNET18",
     "resnet50": "models.resnet:RESNET50",
+    "transformer": "models.transformer:MODEL",
 }
 
 

@@ -44,6 +44,9 @@ class ModelDef:
     constants: Callable[[Shape, int], dict[str, tuple[Shape, float]]] | None = None
     # forward FLOPs per sample (2 per multiply-add); training is counted as 3x forward
     flops: Callable[[Shape, int], int] | None = None
+    # True: the model reads token ids [seq] and predicts the next token at every
+    # position (classes is the vocabulary); False: it classifies one input tensor
+    tokens: bool = False
 
 
 def init_weights(model: ModelDef, input_shape: Shape, num_classes: int, seed: int) -> Weights:

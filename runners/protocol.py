@@ -209,8 +209,10 @@ def train(
         epoch_step_losses = all_losses.mean(axis=0).tolist()
         step_losses.extend(epoch_step_losses)
         slowest = float(adapter.allgather(np.asarray([train_time]))[:, 0].max())
-        loss_sum, correct = adapter.evaluate(dataset.test_x[test_idx], dataset.test_y[test_idx])
-        ev = adapter.allreduce_sum(np.asarray([loss_sum, correct, len(test_idx)], dtype=np.float64))
+        loss_sum, correct, count = adapter.evaluate(
+            dataset.test_x[test_idx], dataset.test_y[test_idx]
+        )
+        ev = adapter.allreduce_sum(np.asarray([loss_sum, correct, count], dtype=np.float64))
         entry = {
             "epoch": epoch,
             "steps": len(losses),

@@ -87,7 +87,7 @@ def test_truncated_idx_is_reported(tmp_path: Path) -> None:
 def test_unknown_dataset() -> None:
     with pytest.raises(
         data.DataError,
-        match="unknown dataset 'imagenet'; choose one of: cifar10, digits, mnist, synthetic",
+        match="unknown dataset 'imagenet'; choose one of: cifar10, digits, mnist, sonnets, synthetic",
     ):
         data.load_dataset("imagenet", seed=0, test_fraction=0.2)
 
@@ -175,3 +175,28 @@ def test_augmentation_is_per_sample_index_and_standard(tmp_path: Path) -> None:
     # datasets without augmentation come back untouched
     digits = data.load_dataset("digits", seed=0, test_fraction=0.2)
     np.testing.assert_array_equal(data.augment(digits, idx[:5], 0, 0), digits.train_x[:5])
+
+
+# -- text ----------------------------------------------------------------------------
+
+
+def test_sonnets_corpus_as_next_character_pairs() -> None:
+    ds = data.load_dataset("sonnets", seed=0, test_fraction=0.2)
+    assert ds.tokens and ds.train_x.dtype == np.int64 and ds.input_shape == (data.SONNETS_SEQ,)
+    # the target is the input shifted by one character
+    np.testing.assert_array_equal(ds.train_x[:, 1:], ds.train_y[:, :-1])
+    assert ds.num_classes == len(set(data.SONNETS.read_text())) == 61
+    assert len(ds.train_y) + len(ds.test_y) == len(data.SONNETS.read_text()) // 65
+
+
+def test_models_and_datasets_of_the_wrong_kind_are_refused() -> None:
+    from bench.checks import InputError, prepare
+    from bench.spec import RunSpec
+
+    with pytest.raises(InputError, match="model 'mlp' reads images/feature vectors; models"):
+        prepare(RunSpec(model="mlp", dataset="sonnets"), 1)
+    with pytest.raises(InputError, match="holds images/feature vectors but model 'transformer'"):
+        prepare(RunSpec(model="transformer", dataset="digits"), 1)
+    # without a dataset, each model gets its own
+    assert RunSpec(model="transformer").dataset == "sonnets"
+    assert RunSpec(model="resnet18").dataset == "synthetic"

@@ -15,6 +15,7 @@ CASES = [
     ("lenet", (1, 28, 28)),
     ("resnet18", (3, 32, 32)),
     ("resnet50", (3, 64, 64)),
+    ("transformer", (16,)),
 ]
 
 
@@ -35,7 +36,12 @@ def test_torch_and_paddle_forward_agree(name: str, shape: tuple[int, ...]) -> No
     weights = models.init_weights(model, shape, 10, seed=7)
     assert all(w.dtype == np.float32 for w in weights.values())
     spec = RunSpec(model=name)
-    x = np.random.default_rng(0).standard_normal((4, *shape)).astype(np.float32)
+    rng = np.random.default_rng(0)
+    x = (
+        rng.integers(0, 10, (4, *shape))  # token ids for a language model (vocabulary 10)
+        if model.tokens
+        else rng.standard_normal((4, *shape)).astype(np.float32)
+    )
     # Each adapter owns its framework's loading (paddle's [in, out] Linear, BatchNorm
     # buffer names, torch's step counter); use them as the runners do.
     torch_adapter = DDPAdapter(spec)
@@ -64,6 +70,22 @@ def test_flops_per_sample_match_published_counts() -> None:
     assert _flops("resnet18", (3, 32, 32), 10) / 2 == pytest.approx(0.556e9, rel=0.02)
     lenet_macs = 10 * 25 * 24 * 24 + 20 * 250 * 8 * 8 + 320 * 50 + 500
     assert _flops("lenet", (1, 28, 28), 10) / 2 == lenet_macs
+
+
+def test_transformer_flops_follow_its_parameter_table() -> None:
+    """2 FLOPs per weight per token for every matrix product except the embeddings'
+    lookups, plus the attention products (scores and weighted sum: 4 T^2 d per layer)."""
+    from models import transformer as tr
+
+    seq, vocab = 64, 61
+    shapes = models.get("transformer").param_shapes((seq,), vocab)
+    matmul = sum(
+        int(np.prod(shape))
+        for name, (shape, _) in shapes.items()
+        if name.endswith(".weight") and not name.startswith(("tok.", "pos."))
+    )
+    attention = tr.LAYERS * 4 * seq * seq * tr.WIDTH
+    assert _flops("transformer", (seq,), vocab) == 2 * seq * matmul + attention
 
 
 def test_init_depends_on_seed_only() -> None:

@@ -71,8 +71,11 @@ class EngineAdapter(abc.ABC):
     def loss_value(self, loss: Any) -> float: ...
 
     @abc.abstractmethod
-    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
-        """(sum of per-sample loss, number correct) on this rank's test shard."""
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int, int]:
+        """(summed loss, number correct, number of predictions) on this rank's test shard.
+
+        A classifier predicts once per sample; a language model once per token.
+        """
 
     @abc.abstractmethod
     def state(self) -> Weights:

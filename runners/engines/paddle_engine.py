@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -23,6 +23,13 @@ with warnings.catch_warnings():
 from bench.spec import BNBuffers, Device, Engine, Optimizer, Precision, SpecError
 from models.base import ModelDef, Shape, Weights
 from runners.engines.base import LOSS_SCALER, EngineAdapter
+
+
+def _loss(logits: Any, y: Any, reduction: Literal["mean", "sum"] = "mean") -> Any:
+    """Cross-entropy over every prediction: one per sample, or one per token for an LM."""
+    return F.cross_entropy(
+        logits.reshape([-1, logits.shape[-1]]), y.reshape([-1]), reduction=reduction
+    )
 
 
 class PaddleAdapter(EngineAdapter):
@@ -126,10 +133,10 @@ class PaddleAdapter(EngineAdapter):
                 dist.broadcast(buf, src=0)
         self.optimizer.set_lr(lr)
         if self._amp_dtype is None:  # fp32: no autocast context at all, as a plain loop
-            loss = F.cross_entropy(self.model(x), y)
+            loss = _loss(self.model(x), y)
         else:
             with paddle.amp.auto_cast(level="O1", dtype=self._amp_dtype):
-                loss = F.cross_entropy(self.model(x), y)
+                loss = _loss(self.model(x), y)
         if self._scaler.is_enable():
             # DataParallel has averaged the gradients by the end of backward, so every
             # rank unscales (and checks for inf) the same values.
@@ -145,15 +152,15 @@ class PaddleAdapter(EngineAdapter):
     def loss_value(self, loss: Any) -> float:
         return float(loss.item())
 
-    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int, int]:
         self.layer.eval()
         with paddle.no_grad():
             xt, yt = self.to_batch(x, y)
             logits = self.layer(xt)
-            loss_sum = float(F.cross_entropy(logits, yt, reduction="sum").numpy())
-            correct = int((logits.argmax(1) == yt).astype("int64").sum().item())
+            loss_sum = float(_loss(logits, yt, reduction="sum").numpy())
+            correct = int((logits.argmax(-1) == yt).astype("int64").sum().item())
         self.layer.train()
-        return loss_sum, correct
+        return loss_sum, correct, int(yt.size)
 
     def state(self) -> Weights:
         transposed = self._linear_weights()

@@ -33,6 +33,12 @@ from bench.spec import (
 from models.base import ModelDef, Shape, Weights
 from runners.engines.base import LOSS_SCALER, EngineAdapter
 
+
+def _loss(logits: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """Cross-entropy over every prediction: one per sample, or one per token for an LM."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction=reduction)
+
+
 AMP_DTYPES = {Precision.FP16: torch.float16, Precision.BF16: torch.bfloat16}
 
 
@@ -105,9 +111,9 @@ class TorchAdapter(EngineAdapter):
 
     def _forward_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         if self._amp_dtype is None:  # fp32: no autocast context at all, as a plain loop
-            return F.cross_entropy(self.model(x), y)
+            return _loss(self.model(x), y)
         with torch.autocast(self.device.type, dtype=self._amp_dtype):
-            return F.cross_entropy(self.model(x), y)
+            return _loss(self.model(x), y)
 
     def _apply_step(self) -> None:
         """Optimizer step after backward; Horovod overrides it to reduce before unscaling."""
@@ -128,14 +134,14 @@ class TorchAdapter(EngineAdapter):
         return float(loss.item())
 
     @torch.no_grad()
-    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int, int]:
         self.module.eval()
         xt, yt = self.to_batch(x, y)
         logits = self.module(xt)
-        loss_sum = float(F.cross_entropy(logits, yt, reduction="sum").item())
-        correct = int((logits.argmax(1) == yt).sum().item())
+        loss_sum = float(_loss(logits, yt, reduction="sum").item())
+        correct = int((logits.argmax(-1) == yt).sum().item())
         self.module.train()
-        return loss_sum, correct
+        return loss_sum, correct, int(yt.numel())
 
     def state(self) -> Weights:
         return {
