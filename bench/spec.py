@@ -61,6 +61,8 @@ class BNBuffers(str, enum.Enum):
 
     LOCAL = "local"  # each rank keeps its own (Horovod's and Paddle's behaviour)
     BROADCAST = "broadcast"  # rank 0's are broadcast before every forward (DDP's default)
+    # batch statistics over the global batch (each engine's SyncBatchNorm); GPU only
+    SYNC = "sync"
 
 
 class Precision(str, enum.Enum):
@@ -248,6 +250,11 @@ class RunSpec:
         if self.optimizer is Optimizer.ADAM and self.momentum not in (0.0, 0.9):
             raise SpecError(
                 "momentum is an SGD setting; leave it at its default with optimizer=adam"
+            )
+        if self.device is Device.CPU and self.bn_buffers is BNBuffers.SYNC:
+            raise SpecError(
+                "bn_buffers=sync needs device=cuda: the SyncBatchNorm of torch, Horovod and "
+                "Paddle run on GPUs only; on CPU use local or broadcast"
             )
         if self.device is Device.CPU and self.precision is Precision.FP16:
             raise SpecError("precision=fp16 needs device=cuda; on CPU use precision=bf16 or fp32")

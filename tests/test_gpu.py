@@ -57,3 +57,16 @@ def test_horovod_and_ddp_agree_on_two_gpus(tmp_path: Path) -> None:
     ]
     # NCCL's reduction order may differ between the two: close, not bit-identical
     np.testing.assert_allclose(losses[0], losses[1], rtol=1e-4)
+
+
+def test_synchronised_batchnorm_on_two_gpus(tmp_path: Path) -> None:
+    """bn_buffers=sync: every engine's SyncBatchNorm, statistics over the global batch."""
+    if _gpu_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    args = ["--model", "resnet18", "--device", "cuda", "--max-steps", "10", "--warmup-steps", "2",
+            "--bn-buffers", "sync"]  # fmt: skip
+    recs = {e: ok_record(*run_engine(e, 2, args, tmp_path / e.value)) for e in ENGINES}
+    assert {r["spec"]["bn_buffers"] for r in recs.values()} == {"sync"}
+    np.testing.assert_allclose(
+        recs[Engine.HOROVOD]["step_losses"], recs[Engine.DDP]["step_losses"], rtol=1e-3
+    )

@@ -82,3 +82,8 @@ def test_warmup_then_cosine() -> None:
     assert spec.lr_at(10, 10, 2, 100) == pytest.approx(0.2)
     assert spec.lr_at(55, 10, 2, 100) == pytest.approx(0.1)  # cosine half way
     assert spec.lr_at(99, 10, 2, 100) < 0.001
+
+
+def test_synchronised_batchnorm_is_refused_on_cpu() -> None:
+    with pytest.raises(SpecError, match="bn_buffers=sync needs device=cuda"):
+        RunSpec.from_dict({"model": "resnet18", "bn_buffers": "sync", "device": "cpu"}).validate()

@@ -100,6 +100,8 @@ class PaddleAdapter(EngineAdapter):
                 f"paddle model parameters {sorted(own)} != shared weights {sorted(state)}"
             )
         self.layer.set_state_dict({k: paddle.to_tensor(v) for k, v in state.items()})
+        if s.bn_buffers is BNBuffers.SYNC and self._parallel and s.grad_sync:
+            self.layer = paddle.nn.SyncBatchNorm.convert_sync_batchnorm(self.layer)
         # DataParallel broadcasts rank 0's parameters at construction; at world
         # size 1 paddle's wrapper is a pass-through.
         self.model = (

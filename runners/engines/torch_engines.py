@@ -34,6 +34,17 @@ from models.base import ModelDef, Shape, Weights
 from runners.engines.base import LOSS_SCALER, EngineAdapter
 
 
+def _swap_batchnorm(module: torch.nn.Module, make: Any) -> None:
+    """Replace every BatchNorm in `module` by make(bn), carrying its weights and statistics."""
+    for name, child in module.named_children():
+        if isinstance(child, torch.nn.modules.batchnorm._BatchNorm):
+            new = make(child)
+            new.load_state_dict(child.state_dict())
+            setattr(module, name, new)
+        else:
+            _swap_batchnorm(child, make)
+
+
 def _loss(logits: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
     """Cross-entropy over every prediction: one per sample, or one per token for an LM."""
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction=reduction)
@@ -223,6 +234,8 @@ class DDPAdapter(TorchAdapter):
 
     def build(self, model: ModelDef, weights: Weights, input_shape: Shape, classes: int) -> None:
         self._build_module(model, weights, input_shape, classes)
+        if self.spec.bn_buffers is BNBuffers.SYNC and self.spec.grad_sync:
+            self.module = torch.nn.SyncBatchNorm.convert_sync_batchnorm(self.module)
         ids = [self.local_rank] if self.spec.device is Device.CUDA else None
         # DDP broadcasts rank 0's parameters and buffers in its constructor, and by
         # default re-broadcasts buffers every forward (recorded in knobs()).
@@ -364,6 +377,14 @@ class HorovodAdapter(TorchAdapter):
     def build(self, model: ModelDef, weights: Weights, input_shape: Shape, classes: int) -> None:
         hvd = self.hvd
         self._build_module(model, weights, input_shape, classes)
+        if self.spec.bn_buffers is BNBuffers.SYNC and self.spec.grad_sync:
+            _swap_batchnorm(
+                self.module,
+                lambda bn: hvd.SyncBatchNorm(
+                    bn.num_features, bn.eps, bn.momentum, bn.affine, bn.track_running_stats
+                ),
+            )
+            self.module.to(self.device)
         self.model = self.module
         optimizer = self._make_optimizer(self.module.parameters())
         # The canonical Horovod recipe: broadcast rank 0's state, then wrap the optimizer.
