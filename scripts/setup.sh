@@ -11,6 +11,7 @@
 #   BENCH_GPU          1: CUDA torch, paddlepaddle-gpu and Horovod with NCCL; 0: CPU builds;
 #                      auto (default): 1 when nvidia-smi sees a GPU
 #   BENCH_PADDLE_INDEX where paddlepaddle-gpu comes from (default: Paddle's cu126 index)
+#   BENCH_TORCH_INDEX  where the CUDA torch comes from (default: the configured index)
 #   BENCH_PYTHON       interpreter used to create the venv (default: python3.11, else python3)
 #   BENCH_WHEEL_CACHE  where built Horovod wheels live (default: ~/.cache/bench-wheels)
 set -euo pipefail
@@ -52,7 +53,12 @@ fi
 # torch first and pinned: an unpinned torch would pull a multi-GB CUDA build on
 # CPU machines, and Horovod's build must see the final torch.
 if [ "$GPU" = 1 ]; then
-    "${pip[@]}" install "torch==$TORCH_VERSION"
+    # PyPI's Linux torch wheels are the CUDA builds; BENCH_TORCH_INDEX picks another
+    # (e.g. https://download.pytorch.org/whl/cu126) where a local CPU wheel would win.
+    "${pip[@]}" install "torch==$TORCH_VERSION" ${BENCH_TORCH_INDEX:+--index-url "$BENCH_TORCH_INDEX"}
+    $vpy -c 'import sys, torch; sys.exit(torch.version.cuda is None)' || {
+        echo "setup: BENCH_GPU=1 but the torch installed is a CPU build; set BENCH_TORCH_INDEX" >&2
+        exit 1; }
     # Paddle 3.x GPU wheels live on Paddle's own index, not on PyPI.
     "${pip[@]}" install "paddlepaddle-gpu==$PADDLE_VERSION" \
         -i "${BENCH_PADDLE_INDEX:-https://www.paddlepaddle.org.cn/packages/stable/cu126/}"
