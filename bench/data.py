@@ -12,6 +12,7 @@ for every engine, so that N workers x batch B see exactly the samples that
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gzip
 import hashlib
 import struct
@@ -282,6 +283,13 @@ def load_cifar10(
     )
 
 
+@functools.lru_cache(maxsize=2)
+def _augment_draws(seed: int, epoch: int, n: int, pad: int) -> tuple[np.ndarray, np.ndarray]:
+    """Crop offsets [2, n] and flips [n] of every training sample this epoch (drawn once)."""
+    rng = _rng(seed, _AUGMENT_STREAM, epoch)
+    return rng.integers(0, 2 * pad + 1, size=(2, n)), rng.random(n) < 0.5
+
+
 def augment(dataset: Dataset, idx: np.ndarray, seed: int, epoch: int) -> np.ndarray:
     """The training inputs of samples `idx` this epoch, augmented if the dataset is.
 
@@ -293,10 +301,7 @@ def augment(dataset: Dataset, idx: np.ndarray, seed: int, epoch: int) -> np.ndar
     if not dataset.augments:
         return x
     pad = dataset.crop_pad
-    n = len(dataset.train_y)
-    rng = _rng(seed, _AUGMENT_STREAM, epoch)
-    offsets = rng.integers(0, 2 * pad + 1, size=(2, n))
-    flips = rng.random(n) < 0.5
+    offsets, flips = _augment_draws(seed, epoch, len(dataset.train_y), pad)
     oy, ox, flip = offsets[0][idx], offsets[1][idx], flips[idx]
     b, c, h, w = x.shape
     padded = np.empty((b, c, h + 2 * pad, w + 2 * pad), dtype=x.dtype)
