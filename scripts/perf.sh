@@ -31,8 +31,10 @@ case "${1:-}" in
     # Both sides import their own bench/models/runners: pytest runs from each tree.
     (cd "$work/base" && "$py" -m pytest tests/benchmarks --benchmark-enable -p no:cacheprovider \
         --benchmark-storage="file://$work/store" --benchmark-save=base "$@")
-    exec "$py" -m pytest tests/benchmarks --benchmark-enable -p no:cacheprovider \
+    # not exec: the EXIT trap must remove the worktree afterwards
+    "$py" -m pytest tests/benchmarks --benchmark-enable -p no:cacheprovider \
         --benchmark-storage="file://$work/store" --benchmark-compare "${compare[@]}" "$@"
+    exit $?
     ;;
 esac
 exec "$py" -m pytest tests/benchmarks --benchmark-enable \

@@ -94,3 +94,30 @@ def test_horovod_at_one_worker_is_the_plain_torch_run(tmp_path: Path) -> None:
         and hvd["fingerprints"]["init_weights"] == (ddp["fingerprints"]["init_weights"])
     )
     np.testing.assert_allclose(hvd["step_losses"], ddp["step_losses"], rtol=1e-6)
+
+
+RESNET50 = ["--model", "resnet50", "--batch-size", "2", "--synthetic-samples", "24",
+            "--max-steps", "3", "--warmup-steps", "1", "--lr", "0.01"]  # fmt: skip
+
+
+def test_resnet50_at_224_under_every_engine(tmp_path: Path) -> None:
+    """The ImageNet-style model on 224x224 inputs, 1 and 2 workers, every engine."""
+    runs = {
+        (e, n): ok_record(*run_engine(e, n, RESNET50, tmp_path / f"{e.value}{n}"))
+        for e in Engine
+        for n in (1, 2)
+    }
+    for n in (1, 2):
+        same = [runs[e, n] for e in Engine]
+        assert len({r["fingerprints"]["init_weights"] for r in same}) == 1
+        assert len({r["fingerprints"]["data_order"] for r in same}) == 1
+        assert {tuple(r["dataset"]["input_shape"]) for r in same} == {(3, 224, 224)}
+        np.testing.assert_allclose(
+            runs[Engine.HOROVOD, n]["step_losses"], runs[Engine.DDP, n]["step_losses"], rtol=1e-6
+        )
+        # paddle: the same first step (BatchNorm rounding drifts later, as for resnet18)
+        np.testing.assert_allclose(
+            runs[Engine.PADDLE, n]["step_losses"][0],
+            runs[Engine.DDP, n]["step_losses"][0],
+            rtol=1e-5,
+        )
