@@ -292,7 +292,8 @@ def check_plan(cells: Sequence[Cell], config: SweepConfig, python: str | None = 
             check_engine(cell.engine, cell.spec)
         except InputError as exc:
             raise SweepError(f"cell {cell.name}: {exc}") from None
-        key = (cell.spec.to_dict().__repr__(), cell.workers)
+        # the seed changes values, not sizes: one check per spec and worker count
+        key = (cell.spec.replace(seed=0).to_dict().__repr__(), cell.workers)
         if key in seen:
             continue
         seen.add(key)
