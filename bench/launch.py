@@ -6,6 +6,7 @@ Always argv lists, never shell strings: no user-provided value reaches a shell.
 from __future__ import annotations
 
 import dataclasses
+import re
 import shlex
 import shutil
 import sys
@@ -104,9 +105,9 @@ class Host:
 
 def _host(entry: str, where: str) -> Host:
     name, sep, slots = entry.strip().partition(":")
-    if "slots=" in entry:  # hostfile style: "node1 slots=4"
-        name, _, slots = entry.strip().partition(" slots=")
-        sep = ":"
+    hostfile_style = re.fullmatch(r"(\S+)\s+slots\s*=\s*(\S+)", entry.strip())  # "node1 slots=4"
+    if hostfile_style:
+        name, sep, slots = hostfile_style.group(1), ":", hostfile_style.group(2)
     name = name.strip()
     if not name or not sep or not slots.strip().isdigit() or int(slots) < 1:
         raise LaunchError(

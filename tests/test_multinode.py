@@ -35,8 +35,11 @@ def _bench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]
 def test_hosts_parse_from_flags_and_hostfiles(tmp_path: Path) -> None:
     assert launch.parse_hosts("a:2, b:2") == (launch.Host("a", 2), launch.Host("b", 2))
     hostfile = tmp_path / "hosts"
-    hostfile.write_text("# cluster\nnode1 slots=4\nnode2:4  # second\n\n")
-    assert launch.read_hostfile(hostfile) == (launch.Host("node1", 4), launch.Host("node2", 4))
+    hostfile.write_text("# cluster\nnode1 slots=4\nnode2:4  # second\n\nnode3\tslots = 4\n")
+    assert launch.read_hostfile(hostfile) == tuple(launch.Host(f"node{i}", 4) for i in (1, 2, 3))
+    hostfile.write_text("node1 slots=x\n")
+    with pytest.raises(launch.LaunchError, match="'node1 slots=x' must look like HOST:SLOTS"):
+        launch.read_hostfile(hostfile)
 
 
 @pytest.mark.parametrize(
