@@ -83,15 +83,17 @@ def frame(recs: Iterable[dict[str, Any]], target: float = DEFAULT_TARGET) -> pd.
         env = r.get("env") or {}
         res = r.get("resources") or {}
         twin = {**spec, "grad_sync": False}
+        variant = str(r.get("engine")) + "".join(
+            f"[{k}={v}]" for k, v in sorted((r.get("engine_options") or {}).items())
+        )
         rows.append(
             {
                 "run_id": r.get("run_id"),
                 "source": r.get("_source"),
                 "status": r.get("status"),
-                "engine": str(r.get("engine"))
-                + "".join(f"[{k}={v}]" for k, v in sorted((r.get("engine_options") or {}).items()))
                 # a multi-node run is its own variant: same workers, different network
-                + (f"@{r['nodes']}nodes" if (r.get("nodes") or 1) > 1 else ""),
+                "engine": variant + (f"@{r['nodes']}nodes" if (r.get("nodes") or 1) > 1 else ""),
+                "single_node_engine": variant,  # what its efficiency is measured against
                 "workers": r.get("world_size"),
                 "model": spec.get("model"),
                 "dataset": spec.get("dataset"),
@@ -149,7 +151,7 @@ def _throughput_rows(gdf: pd.DataFrame, twins: pd.DataFrame) -> pd.DataFrame:
             est = stats.bootstrap(tp)
             row["samples/s"], row["95% CI"] = est.value, _interval(est, ",.0f")
             # multi-node variants scale from the same engine's one worker
-            single = str(engine).split("@")[0]
+            single = cell["single_node_engine"].iloc[0]
             base = ok[(ok["engine"] == single) & (ok["workers"] == 1)]["throughput"].tolist()
             if base:
                 eff = stats.bootstrap_ratio(tp, base, float(workers))

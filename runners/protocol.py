@@ -181,8 +181,12 @@ def train(
         for s in range(n_steps):
             idx = bdata.shard(order, s, rank, per, world)
             order_hash.update(idx.astype(np.int64).tobytes())
-            x = bdata.augment(dataset, idx, spec.seed, epoch) if spec.augment else None
-            batch = adapter.to_batch(dataset.train_x[idx] if x is None else x, dataset.train_y[idx])
+            x = (
+                bdata.augment(dataset, idx, spec.seed, epoch)
+                if spec.augment
+                else dataset.train_x[idx]
+            )
+            batch = adapter.to_batch(x, dataset.train_y[idx])
             plan.append((batch, spec.lr_at(step + s, spe, world, total)))
         input_time += time.perf_counter() - t_in
         input_steps += n_steps
