@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shlex
+import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import models
 from bench import launch, records, report
 from bench.spec import Engine, RunSpec, SpecError, add_spec_flags, spec_from_args
-from bench.sweep import SweepConfig, SweepError, load_config_file, run_sweep
+from bench.sweep import Interrupted, SweepConfig, SweepError, load_config_file, run_sweep
 
 EXIT_BAD_INPUT = 2
 
@@ -209,6 +211,25 @@ def _sweep_inputs(args: argparse.Namespace) -> tuple[SweepConfig, RunSpec]:
     return config, base
 
 
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP stop a sweep as Ctrl-C does: the running cell's process tree is
+    killed and recorded, then `bench run` exits 128 + the signal's number."""
+
+    def stop(signum: int, _frame: object) -> None:
+        # A second signal must not cut the clean-up of the first short.
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+        raise Interrupted(signum)
+
+    old = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from bench.sweep import cell_argv, cell_log_dir, check_plan, environment_key, plan
 
@@ -239,7 +260,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                     print(shlex.join(node.command))
             print(f"# {len(cells)} cells", file=sys.stderr)
             return 0
-        outcomes = run_sweep(config, base, results, force=args.force)
+        with _stop_on_signals():
+            outcomes = run_sweep(config, base, results, force=args.force)
     except (SweepError, SpecError, records.RecordsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -248,6 +270,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             "\nbench run: interrupted; what was recorded is kept, rerun to resume", file=sys.stderr
         )
         return 130
+    except Interrupted as exc:
+        print(
+            f"\nbench run: stopped by {exc.name}; the running cell was killed and recorded, "
+            "what was recorded is kept, rerun to resume",
+            file=sys.stderr,
+        )
+        return 128 + exc.signum
     bad = [o for o in outcomes if o.status != records.Status.OK]
     if not args.no_compare:
         print()

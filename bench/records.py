@@ -8,11 +8,13 @@ record and reports each bad line with its file and line number.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import errno
 import fcntl
 import json
+import math
 import os
 import uuid
 from collections.abc import Callable, Iterable
@@ -32,6 +34,7 @@ class Status:
     OK = "ok"
     FAILED = "failed"
     TIMEOUT = "timeout"
+    DIVERGED = "diverged"  # a loss became NaN/inf; the record says at which step
 
 
 class RecordsError(OSError):
@@ -110,11 +113,45 @@ def check_writable(results: str | Path) -> Path:
     return target
 
 
+def finite(record: dict[str, Any]) -> dict[str, Any]:
+    """`record` with every NaN/inf float written as null and its path listed.
+
+    JSON has no NaN or infinity, and a record must never be lost for holding one (a
+    diverging run's losses): each non-finite float becomes null, and the field
+    `nonfinite_fields` lists where, as paths like `final_loss`, `epochs[0].train_loss`
+    or `step_losses[12]`. A record without such values is returned unchanged.
+    """
+    paths: list[str] = []
+
+    def walk(value: Any, path: str) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            paths.append(path)
+            return None
+        if isinstance(value, dict):
+            return {k: walk(v, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [walk(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return value
+
+    out = walk(record, "")
+    if not paths:
+        return record
+    out["nonfinite_fields"] = list(dict.fromkeys([*(out.get("nonfinite_fields") or []), *paths]))
+    return dict(out)
+
+
 def append(results: str | Path, record: dict[str, Any]) -> Path:
-    """Append one record atomically (whole line, locked, fsynced); returns the file."""
+    """Append one record atomically (whole line, locked, fsynced); returns the file.
+
+    A line that does not fit (disk full, quota) is cut back off, so the file never
+    keeps part of a record; the error says so in one line.
+    """
     target = check_writable(results)
-    line = (json.dumps(record, sort_keys=True, allow_nan=False) + "\n").encode()
-    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    line = (json.dumps(finite(record), sort_keys=True, allow_nan=False) + "\n").encode()
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise RecordsError(f"cannot open {target} to write a record: {exc.strerror}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         # A previous writer that died mid-line leaves no newline at the end; start
@@ -125,14 +162,23 @@ def append(results: str | Path, record: dict[str, Any]) -> Path:
                 fh.seek(size - 1)
                 if fh.read(1) != b"\n":
                     line = b"\n" + line
-        written = os.write(fd, line)
-        if written != len(line):
-            raise RecordsError(f"short write to {target}: disk full?")
-        os.fsync(fd)
+        try:
+            written = os.write(fd, line)
+            if written != len(line):  # a short write: the disk filled up mid-line
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            os.fsync(fd)
+        except OSError:
+            # Under the lock nobody else has written since `size`: cut our part off.
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            raise
     except OSError as exc:
-        if exc.errno == errno.ENOSPC:
-            raise RecordsError(f"no space left to write {target}") from None
-        raise
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise RecordsError(
+                f"no space left on device to write a record to {target} (nothing partial was "
+                "kept); free space there or choose another --results"
+            ) from None
+        raise RecordsError(f"cannot write a record to {target}: {exc.strerror}") from None
     finally:
         os.close(fd)
     return target
@@ -149,10 +195,18 @@ def _files(paths: Iterable[str | Path]) -> tuple[list[Path], list[Problem]]:
     files: list[Path] = []
     problems: list[Problem] = []
     for p in map(Path, paths):
+        # Regular files only: opening a FIFO or device named *.jsonl would block or
+        # read forever.
         if p.is_dir():
-            files.extend(sorted(p.rglob("*.jsonl")))
+            for f in sorted(p.rglob("*.jsonl")):
+                if f.is_file():
+                    files.append(f)
+                else:
+                    problems.append(Problem(str(f), 0, "not a regular file; skipped"))
         elif p.is_file():
             files.append(p)
+        elif p.exists():
+            problems.append(Problem(str(p), 0, "not a regular file or directory; skipped"))
         else:
             problems.append(Problem(str(p), 0, "no such file or directory"))
     return files, problems

@@ -214,12 +214,19 @@ class RunSpec:
 
     def validate(self, world_size: int | None = None) -> RunSpec:
         """Refuse contradictory settings, naming the field. Returns self."""
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):  # built without from_dict
+                raise SpecError(f"{f.name} must be a finite number, got {value!r}")
         positive_ints = ["batch_size", "epochs", "threads", "synthetic_samples"]
         for name in positive_ints:
             if getattr(self, name) < 1:
                 raise SpecError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.warmup_steps < 0:
             raise SpecError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+        if not 0 <= self.seed < 2**32:
+            # numpy's SeedSequence refuses negative seeds; torch's and paddle's stop at 2**64
+            raise SpecError(f"seed must be in [0, 2**32), got {self.seed}")
         if self.max_steps is not None and self.max_steps < 1:
             raise SpecError(f"max_steps must be >= 1 when given, got {self.max_steps}")
         if self.max_steps is not None and self.warmup_steps >= self.max_steps:
@@ -284,7 +291,10 @@ def _coerce(name: str, hint: Any, value: Any) -> Any:
             raise SpecError(f"{name} must be true or false, got {value!r}")
         return value
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+        value = float(value)
+    if hint is float and isinstance(value, float) and not math.isfinite(value):
+        # inf/nan parse as floats (argparse, TOML, YAML) but no setting means anything then
+        raise SpecError(f"{name} must be a finite number, got {value!r}")
     if hint is int and (isinstance(value, bool) or not isinstance(value, int)):
         raise SpecError(f"{name} must be an integer, got {value!r}")
     if hint in (float, str) and not isinstance(value, hint):

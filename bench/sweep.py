@@ -39,6 +39,19 @@ class SweepError(ValueError):
     """A sweep that cannot start; the message names the setting."""
 
 
+class Interrupted(BaseException):
+    """SIGTERM or SIGHUP reached `bench run`: it stops as on Ctrl-C (BaseException, so
+    nothing on the way up mistakes it for an error to handle)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+
 @dataclasses.dataclass(frozen=True)
 class SweepConfig:
     """What to sweep. Loaded from flags or a TOML/YAML file; unknown keys are refused."""
@@ -321,11 +334,14 @@ def kill_tree(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
     except psutil.NoSuchProcess:
         tree = []
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, sig)
-        for p in tree:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                p.send_signal(sig)
+        # SIGCONT after SIGTERM: a stopped (SIGSTOPped) process only acts on its
+        # SIGTERM once continued; without it, it would take the whole grace period.
+        for s in (sig, signal.SIGCONT):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, s)
+            for p in tree:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    p.send_signal(s)
         _, alive = psutil.wait_procs(tree, timeout=grace)
         if not alive:
             break
@@ -366,7 +382,14 @@ def run_launches(
     start = time.monotonic()
     deadline = start + timeout
     procs: list[subprocess.Popen[bytes]] = []
-    handles = [open(log, "wb") for log in logs]  # noqa: SIM115 - closed in finally
+    handles = []
+    try:
+        for log in logs:
+            handles.append(open(log, "wb"))  # noqa: SIM115 - closed in finally
+    except OSError as exc:
+        for fh in handles:
+            fh.close()
+        raise records.RecordsError(f"cannot create log file {log}: {exc.strerror}") from None
     try:
         for argv, fh in zip(argvs, handles, strict=True):
             procs.append(
@@ -458,6 +481,16 @@ def cell_argv(
     return [launch.NodeLaunch(launch.Host("localhost", cell.workers), argv, argv)]
 
 
+def _write_log(path: Path, text: str) -> None:
+    """Write a log file, turning a full disk into the same one-line error as records get."""
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            path.unlink()  # no half-written file left behind
+        raise records.RecordsError(f"cannot write {path}: {exc.strerror}") from None
+
+
 def cell_log_dir(run_dir: Path, index: int, cell: Cell) -> Path:
     sync = "" if cell.spec.grad_sync else "-nosync"
     return run_dir / (
@@ -479,7 +512,10 @@ def run_cell(
     """Launch one cell and make sure it leaves exactly one record."""
     attempt = uuid.uuid4().hex
     log_dir = cell_log_dir(run_dir, index, cell)
-    log_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        log_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise records.RecordsError(f"cannot create log folder {log_dir}: {exc.strerror}") from None
     labels = {
         "cell": cell.key(env_key),
         "attempt": attempt,
@@ -493,11 +529,30 @@ def run_cell(
     nodes = cell_argv(cell, results, log_dir, labels, timeout, timeline, python)
     argvs = [n.argv for n in nodes]
     argv = argvs[0] if len(argvs) == 1 else argvs
-    (log_dir / "argv.json").write_text(json.dumps(argv, indent=1))
+    _write_log(log_dir / "argv.json", json.dumps(argv, indent=1))
     logs = [log_dir / "launcher.log"]
     if len(nodes) > 1:
         logs = [log_dir / f"launcher-{i}-{n.host.name}.log" for i, n in enumerate(nodes)]
-    status, error, seconds = run_launches(argvs, logs, timeout)
+    start = time.monotonic()
+    try:
+        status, error, seconds = run_launches(argvs, logs, timeout)
+    except (KeyboardInterrupt, Interrupted) as exc:
+        # The tree is already killed; the cell still leaves its record (unless the run
+        # wrote one just before), so nothing that ran goes unrecorded.
+        if not records.by_label(records.results_file(results), "attempt", attempt):
+            why = exc.name if isinstance(exc, Interrupted) else "SIGINT (Ctrl-C)"
+            rec = records.new_record(
+                cell.spec.to_dict(),
+                cell.engine.value,
+                cell.workers,
+                labels,
+                {"name": "bench run", "argv": argv},
+                status=records.Status.FAILED,
+                error=f"interrupted by {why} after {time.monotonic() - start:.1f}s; the cell's "
+                "processes were killed; rerun the sweep to run it again",
+            )
+            records.append(results, rec)
+        raise
     written = records.by_label(records.results_file(results), "attempt", attempt)
     if written:
         rec = written[-1]

@@ -12,7 +12,9 @@ Order of work, and why:
    are read back after it, and evaluation is outside the timed region.
    Losses, timings and fingerprints are exchanged once per epoch and once at the
    end, never inside a timed step.
-4. Rank 0 appends one record; a failure after start-up is recorded as failed.
+4. Rank 0 appends one record; a failure after start-up is recorded as failed, and
+   a loss that becomes NaN/inf (seen by every rank in the per-epoch exchange) stops
+   all ranks after that epoch and is recorded as diverged, with the step.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib
+import math
 import os
 import resource
 import socket
@@ -47,6 +50,7 @@ ADAPTERS = {
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
+EXIT_DIVERGED = 3  # recorded with status diverged
 
 
 def build_parser(engine: Engine) -> argparse.ArgumentParser:
@@ -142,6 +146,10 @@ def _launcher() -> dict[str, Any]:
     return {"name": name, "runner_argv": [sys.executable, *sys.argv], "parent_argv": parent}
 
 
+class Diverged(Exception):
+    """A loss became NaN or infinite: the run stops and is recorded as diverged."""
+
+
 def train(
     adapter: EngineAdapter,
     model: models.ModelDef,
@@ -235,6 +243,31 @@ def train(
                 f"loss {entry['train_loss']:.4f}  test_acc {entry['test_accuracy']:.2%}  "
                 f"{entry['samples_per_s']:,.0f} samples/s",
                 flush=True,
+            )
+        if not all(map(math.isfinite, [*epoch_step_losses, entry["test_loss"]])):
+            # Every rank holds the same gathered losses, so all stop here together.
+            first = next((i for i, v in enumerate(epoch_step_losses) if not math.isfinite(v)), None)
+            at = step - len(losses) + (len(losses) - 1 if first is None else first)
+            what = "test loss" if first is None else "training loss"
+            value = entry["test_loss"] if first is None else epoch_step_losses[first]
+            record.update(
+                {
+                    "engine_versions": adapter.versions(),
+                    "knobs": adapter.knobs(),
+                    "per_worker_batch": per,
+                    "global_batch": per * world,
+                    "steps_per_epoch": spe,
+                    "steps": step,
+                    "lr_peak": spec.scaled_lr(world),
+                    "diverged_at_step": at,
+                    "epochs": epochs,
+                    "step_losses": step_losses,
+                    "wall_time_s": time.perf_counter() - wall0,
+                }
+            )
+            raise Diverged(
+                f"{what} became {value} at step {at} (0-based) of {total}; lower --lr "
+                f"(peak {spec.scaled_lr(world):g} at this world size) or add --lr-warmup-epochs"
             )
         if step >= total:
             break
@@ -370,19 +403,29 @@ def main(engine: Engine, argv: Sequence[str] | None = None) -> int:
     code = 0
     try:
         train(adapter, model, dataset, spe, record, args.quiet, args.save)
+    except Diverged as exc:
+        record["status"] = records.Status.DIVERGED
+        record["error"] = f"diverged: {exc}"
+        if adapter.rank == 0:
+            print(f"error: diverged: {exc}", file=sys.stderr)
+        code = EXIT_DIVERGED
     except Exception as exc:
         record["status"] = records.Status.FAILED
         record["error"] = f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exc(limit=8))
         print(f"error on rank {adapter.rank}: {type(exc).__name__}: {exc}", file=sys.stderr)
         code = EXIT_FAILED
     if adapter.rank == 0:
-        path = records.append(args.results, record)
+        try:
+            path = records.append(args.results, record)
+        except records.RecordsError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_FAILED
         if not args.quiet and code == 0:
             print(
                 f"[{engine.value} np={adapter.world_size}] {record['throughput']:,.0f} samples/s, "
                 f"test accuracy {record['final_accuracy']:.2%}; record {record['run_id'][:8]} -> {path}",
                 flush=True,
             )
-    if code == 0:
+    if code in (0, EXIT_DIVERGED):  # every rank stopped at the same step: leave cleanly
         adapter.shutdown()
     return code

@@ -1,0 +1,193 @@
+"""Hostile but fair input: diverging runs, non-finite settings, signals, host names,
+config files of the wrong types, a full disk, and smaller traps. Each must end in a
+record or a one-line error, never a traceback, a hang, a lost record or an orphan."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench import records
+from bench.spec import Engine, RunSpec, SpecError
+from tests.conftest import ROOT, run_direct, run_engine
+from tests.test_faults import _procs_with
+
+ENGINES = [Engine.HOROVOD, Engine.DDP, Engine.PADDLE]
+
+
+def _bench(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bench.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def _one_line_error(proc: subprocess.CompletedProcess[str], message: str) -> None:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+
+
+# -- item: a diverging run keeps its record ------------------------------------------
+
+
+def test_nonfinite_values_are_written_as_null_and_listed(tmp_path: Path) -> None:
+    rec = records.new_record({"lr": 1.0}, "ddp", 1, {}, {})
+    rec.update(
+        {
+            "final_loss": math.nan,
+            "step_losses": [1.0, math.inf, -math.inf],
+            "epochs": [{"train_loss": math.nan, "steps": 3}],
+        }
+    )
+    records.append(tmp_path, rec)
+    (got,) = records.load([tmp_path]).records
+    assert got["final_loss"] is None and got["step_losses"] == [1.0, None, None]
+    assert got["epochs"] == [{"train_loss": None, "steps": 3}]
+    assert got["nonfinite_fields"] == [
+        "final_loss",
+        "step_losses[1]",
+        "step_losses[2]",
+        "epochs[0].train_loss",
+    ]
+    assert math.isnan(rec["final_loss"])  # the caller's record is left alone
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("engine", ENGINES, ids=lambda e: e.value)
+def test_diverging_run_is_recorded_diverged(engine: Engine, tmp_path: Path) -> None:
+    proc, recs = run_engine(
+        engine, 2, ["--model", "mlp", "--max-steps", "40", "--lr", "100"], tmp_path
+    )
+    assert proc.returncode != 0
+    assert "not JSON compliant" not in proc.stdout + proc.stderr
+    assert len(recs) == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rec = recs[0]
+    assert rec["status"] == records.Status.DIVERGED, rec.get("error")
+    at = rec["diverged_at_step"]
+    assert isinstance(at, int) and 0 <= at < 40
+    assert rec["step_losses"][at] is None and f"step_losses[{at}]" in rec["nonfinite_fields"]
+    assert all(v is not None for v in rec["step_losses"][:at])
+    assert f"at step {at}" in rec["error"]
+    shown = _bench("compare", str(tmp_path))
+    assert shown.returncode == 0, shown.stderr
+    assert f"diverged: {engine.value} np=2" in shown.stdout
+
+
+FLOAT_FIELDS = [
+    "lr",
+    "lr_warmup_epochs",
+    "momentum",
+    "weight_decay",
+    "bucket_mb",
+    "bn_momentum",
+    "bn_eps",
+    "test_fraction",
+]
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan], ids=["inf", "-inf", "nan"])
+@pytest.mark.parametrize("field", FLOAT_FIELDS)
+def test_spec_refuses_nonfinite_floats(field: str, value: float) -> None:
+    with pytest.raises(SpecError, match=f"{field} must be a finite number"):
+        RunSpec.from_dict({field: value})
+
+
+def test_every_float_field_is_covered() -> None:
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(RunSpec)
+    floats = [f.name for f in dataclasses.fields(RunSpec) if hints[f.name] is float]
+    assert sorted(floats) == sorted(FLOAT_FIELDS)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--lr", "inf"],
+        ["--bucket-mb", "inf"],
+        ["--weight-decay", "nan"],
+        ["--bn-eps", "nan"],
+        ["--lr-warmup-epochs", "inf"],
+    ],
+    ids=lambda a: a[0],
+)
+def test_runner_refuses_nonfinite_settings(args: list[str], tmp_path: Path) -> None:
+    proc, recs = run_direct(Engine.DDP, args, tmp_path)
+    _one_line_error(proc, "must be a finite number")
+    assert recs == []
+
+
+def test_sweep_refuses_infinite_bucket(tmp_path: Path) -> None:
+    proc = _bench(
+        "run", "--engines", "ddp,paddle", "--workers", "1", "--models", "mlp",
+        "--bucket-mb", "inf", "--results", str(tmp_path),
+    )  # fmt: skip
+    _one_line_error(proc, "bucket_mb must be a finite number")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_negative_seed_is_refused(tmp_path: Path) -> None:
+    proc, recs = run_direct(Engine.DDP, ["--seed", "-1"], tmp_path)
+    _one_line_error(proc, "seed must be in [0, 2**32)")
+    assert recs == []
+    proc = _bench(
+        "run", "--engines", "ddp", "--workers", "1", "--seed", "-1", "--results", str(tmp_path)
+    )
+    _one_line_error(proc, "seed must be in [0, 2**32)")
+
+
+# -- item: SIGTERM and SIGHUP to `bench run` ------------------------------------------
+
+
+def _wait_for(cond: object, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not cond():  # type: ignore[operator]
+        time.sleep(0.2)
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize(
+    ("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)], ids=["SIGTERM", "SIGHUP"]
+)
+def test_signal_stops_the_sweep_kills_the_cell_and_records_it(
+    sig: signal.Signals, code: int, tmp_path: Path
+) -> None:
+    args = [
+        sys.executable, "-m", "bench.cli", "run", "--engines", "ddp", "--workers", "2",
+        "--models", "mlp", "--repeats", "1", "--epochs", "400", "--no-comm-cost",
+        "--timeout", "300", "--results", str(tmp_path), "--no-compare",
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    # both workers are training once each has written its torchrun log
+    _wait_for(lambda: len(list((tmp_path / "runs").rglob("stdout.log"))) >= 2, 120)
+    time.sleep(4)
+    assert len(_procs_with(str(tmp_path))) >= 3, "the cell never started"
+    sent = time.monotonic()
+    os.kill(proc.pid, sig)
+    out, err = proc.communicate(timeout=60)
+    took = time.monotonic() - sent
+    print(f"{sig.name}: bench run exited {took:.2f}s after the signal")
+    assert proc.returncode == code, out + err
+    assert f"stopped by {sig.name}" in err and "rerun to resume" in err
+    assert _procs_with(str(tmp_path)) == [], "workers outlived the stopped sweep"
+    (rec,) = records.load([tmp_path]).records
+    assert rec["status"] == records.Status.FAILED
+    assert f"interrupted by {sig.name}" in rec["error"]
+    time.sleep(3)  # nothing left to write a late record
+    assert len(records.load([tmp_path]).records) == 1
