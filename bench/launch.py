@@ -114,9 +114,20 @@ def _host(entry: str, where: str) -> Host:
             f"{where}: host entry {entry.strip()!r} must look like HOST:SLOTS (or 'HOST slots=N' "
             "in a hostfile) with SLOTS >= 1, e.g. node1:2"
         )
-    if any(c.isspace() or c in "'\"$`;&|<>(){}" for c in name):
-        raise LaunchError(f"{where}: host name {name!r} has characters a host name cannot have")
+    if len(name) > 253 or not _HOST_NAME.fullmatch(name):
+        # Not just shell metacharacters: a name starting with '-' would reach ssh (or
+        # any remote shell) as an option, e.g. -oProxyCommand=...
+        raise LaunchError(
+            f"{where}: host name {name!r} has characters a host name cannot have or starts "
+            "with '-' or '.'; give a host name or IPv4 address (letters, digits, '-', '_', '.')"
+        )
     return Host(name, int(slots))
+
+
+# RFC 1123 labels (plus '_', which some internal names use) joined by dots; IPv4
+# addresses match too. A label never starts or ends with '-'.
+_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+_HOST_NAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
 
 
 def parse_hosts(text: str, where: str = "--hosts") -> tuple[Host, ...]:
@@ -197,7 +208,14 @@ class Cluster:
         """argv that runs `argv` on `host` through the remote shell, in this repository."""
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env().items()))
         command = f"cd {shlex.quote(str(ROOT))} && exec env {env} {shlex.join(argv)}"
-        prefix = [part.replace("{host}", host.name) for part in shlex.split(self.remote_shell)]
+        parts = shlex.split(self.remote_shell)
+        # ssh takes its host after "--", so that no host can ever read as an option
+        # (host names are checked too; this is the second fence).
+        if Path(parts[0]).name == "ssh" and "{host}" in parts:
+            at = parts.index("{host}")
+            if "--" not in parts[:at]:
+                parts.insert(at, "--")
+        prefix = [part.replace("{host}", host.name) for part in parts]
         return [*prefix, command]
 
 

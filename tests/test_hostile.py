@@ -191,3 +191,73 @@ def test_signal_stops_the_sweep_kills_the_cell_and_records_it(
     assert f"interrupted by {sig.name}" in rec["error"]
     time.sleep(3)  # nothing left to write a late record
     assert len(records.load([tmp_path]).records) == 1
+
+
+# -- item: option injection through host names -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["-oProxyCommand=/tmp/x", "-p22", "a/b", "a..b", ".a", "a-", "a b", "a@b", "a\tb", "x" * 64],
+)
+def test_host_names_outside_the_grammar_are_refused(name: str, tmp_path: Path) -> None:
+    from bench import launch
+
+    with pytest.raises(launch.LaunchError, match="host name"):
+        launch.parse_hosts(f"{name}:1")
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text(f"{name} slots=1\n")
+    with pytest.raises(launch.LaunchError, match=r"host (name|entry)"):
+        launch.read_hostfile(hostfile)
+
+
+def test_host_names_and_addresses_are_accepted() -> None:
+    from bench import launch
+
+    names = "node-1:1,10.0.0.2:1,gpu_box.example.org:1,N2:1"
+    assert [h.name for h in launch.parse_hosts(names)] == [
+        "node-1",
+        "10.0.0.2",
+        "gpu_box.example.org",
+        "N2",
+    ]
+
+
+def test_ssh_gets_the_host_after_a_double_dash() -> None:
+    from bench import launch
+
+    hosts = launch.parse_hosts("n1:1")
+    argv = launch.Cluster(hosts, remote_shell="ssh -o BatchMode=yes {host} bash -lc").remote(
+        hosts[0], ["true"]
+    )
+    assert argv[:6] == ["ssh", "-o", "BatchMode=yes", "--", "n1", "bash"]
+    # a shell that has no "--" before its host is left as written
+    argv = launch.Cluster(hosts, remote_shell="ip netns exec bench-{host} sh -c").remote(
+        hosts[0], ["true"]
+    )
+    assert argv[:6] == ["ip", "netns", "exec", "bench-n1", "sh", "-c"]
+
+
+@pytest.mark.parametrize("where", ["--hosts", "--hostfile"])
+def test_host_cannot_inject_a_remote_shell_option(where: str, tmp_path: Path) -> None:
+    """The reported exploit: ssh's -oProxyCommand given as a host ran a local script."""
+    marker = tmp_path / "pwned"
+    evil = tmp_path / "evil.sh"
+    evil.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    evil.chmod(0o755)
+    host = f"-oProxyCommand={evil}"
+    if where == "--hostfile":
+        hostfile = tmp_path / "hosts"
+        hostfile.write_text(f"{host} slots=1\n")
+        target = ["--hostfile", str(hostfile)]
+    else:
+        target = [f"--hosts={host}:1"]
+    proc = _bench(
+        "run", *target, "--remote-shell", "ssh -o BatchMode=yes {host} bash -lc",
+        "--engines", "ddp", "--models", "mlp", "--repeats", "1", "--epochs", "1",
+        "--no-comm-cost", "--timeout", "60", "--results", str(tmp_path / "res"),
+    )  # fmt: skip
+    _one_line_error(proc, "host name '-oProxyCommand=")
+    time.sleep(1)
+    assert not marker.exists(), "the host name ran a command"
+    assert not (tmp_path / "res" / "runs").exists()

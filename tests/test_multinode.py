@@ -92,8 +92,9 @@ def test_each_engine_gets_its_own_launchers_multi_node_form() -> None:
     assert "-np 4" in cmd and "-H n1:2,n2:2" in cmd and "--network-interfaces eth1" in cmd
     # the local argv reaches the host through the remote shell, in this repository,
     # with the interface set for torch's and Paddle's Gloo
-    assert ddp[1].argv[:3] == ["ssh", "-o", "BatchMode=yes"] and ddp[1].argv[3] == "n2"
-    assert ddp[1].argv[4].startswith(f"cd {ROOT} && exec env GLOO_SOCKET_IFNAME=eth1")
+    # (ssh gets the host after "--", so that no host name can read as an option)
+    assert ddp[1].argv[:5] == ["ssh", "-o", "BatchMode=yes", "--", "n2"]
+    assert ddp[1].argv[5].startswith(f"cd {ROOT} && exec env GLOO_SOCKET_IFNAME=eth1")
 
 
 def test_dry_run_prints_every_hosts_command() -> None:
