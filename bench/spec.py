@@ -154,7 +154,7 @@ class RunSpec:
         if not isinstance(data, Mapping):
             raise SpecError(f"a run spec must be a mapping, got {type(data).__name__}")
         known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
+        unknown = sorted(map(str, set(data) - known))
         if unknown:
             raise SpecError(
                 f"unknown spec field(s): {', '.join(unknown)}; known fields: {', '.join(sorted(known))}"

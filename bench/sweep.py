@@ -13,11 +13,14 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import math
 import os
+import reprlib
 import signal
 import subprocess
 import sys
 import time
+import typing
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -82,20 +85,13 @@ class SweepConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SweepConfig:
         known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
+        unknown = sorted(map(str, set(data) - known))
         if unknown:
             raise SweepError(
                 f"unknown sweep setting(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}"
             )
-        values: dict[str, Any] = dict(data)
-        try:
-            if "engines" in values:
-                values["engines"] = tuple(Engine(e) for e in values["engines"])
-        except ValueError as exc:
-            raise SweepError(f"{exc}; engines are: {', '.join(e.value for e in Engine)}") from None
-        for key in ("workers", "models", "datasets", "engine_options"):
-            if key in values:
-                values[key] = tuple(values[key])
+        hints = typing.get_type_hints(cls)
+        values = {key: _setting(key, hints[key], value) for key, value in data.items()}
         config = cls(**values)
         cluster = config.cluster()
         if cluster and "workers" not in values:  # default: every slot of every host
@@ -169,21 +165,72 @@ class SweepConfig:
         )
 
 
+def _short(value: Any) -> str:
+    return reprlib.repr(value)
+
+
+def _setting(name: str, hint: Any, value: Any) -> Any:
+    """One sweep setting checked against its annotation (config files hold any type)."""
+    if typing.get_origin(hint) is tuple:
+        item = typing.get_args(hint)[0]
+        kind = {int: "integers", str: "strings"}.get(item, "names")
+        if not isinstance(value, (list, tuple)):
+            raise SweepError(
+                f"{name} must be a list of {kind}, e.g. {name} = [...], got {_short(value)}"
+            )
+        if item is Engine:
+            try:
+                return tuple(Engine(e) for e in value)
+            except ValueError as exc:
+                raise SweepError(
+                    f"{exc}; engines are: {', '.join(e.value for e in Engine)}"
+                ) from None
+        if any(isinstance(v, bool) or not isinstance(v, item) for v in value):
+            raise SweepError(f"{name} must be a list of {kind}, got {_short(value)}")
+        return tuple(value)
+    if hint is bool:
+        if not isinstance(value, bool):  # "no" is a non-empty string, hence true
+            raise SweepError(f"{name} must be true or false, got {_short(value)}")
+    elif hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SweepError(f"{name} must be an integer, got {_short(value)}")
+    elif hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise SweepError(f"{name} must be a number, got {_short(value)}")
+        if not math.isfinite(value):
+            raise SweepError(f"{name} must be a finite number, got {value!r}")
+        return float(value)
+    elif hint is str and not isinstance(value, str):
+        raise SweepError(f"{name} must be a string, got {_short(value)}")
+    return value
+
+
 def load_config_file(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """(sweep settings, spec fields) from a TOML or YAML file; the spec sits under [spec]."""
     p = Path(path)
     if not p.is_file():
         raise SweepError(f"config file {p} not found")
-    text = p.read_text()
+    if p.suffix not in (".toml", ".yaml", ".yml"):
+        raise SweepError(f"config file {p} must end in .toml, .yaml or .yml")
     try:
-        if p.suffix == ".toml":
-            data = tomllib.loads(text)
-        elif p.suffix in (".yaml", ".yml"):
-            data = yaml.safe_load(text) or {}
-        else:
-            raise SweepError(f"config file {p} must end in .toml, .yaml or .yml")
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SweepError(
+            f"config file {p} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+            f"{exc.start}); save it as UTF-8"
+        ) from None
+    except OSError as exc:
+        raise SweepError(f"cannot read config file {p}: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(text) if p.suffix == ".toml" else yaml.safe_load(text) or {}
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
-        raise SweepError(f"config file {p} does not parse: {exc}") from None
+        message = " ".join(str(exc).split())  # YAML's messages span lines
+        raise SweepError(f"config file {p} does not parse: {message}") from None
+    except RecursionError:
+        raise SweepError(
+            f"config file {p} nests too deeply to be a sweep config; a config is a table of "
+            "settings and one [spec] table"
+        ) from None
     if not isinstance(data, dict):
         raise SweepError(f"config file {p} must hold a table/mapping at the top level")
     spec = data.pop("spec", {})

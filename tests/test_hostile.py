@@ -261,3 +261,51 @@ def test_host_cannot_inject_a_remote_shell_option(where: str, tmp_path: Path) ->
     time.sleep(1)
     assert not marker.exists(), "the host name ran a command"
     assert not (tmp_path / "res" / "runs").exists()
+
+
+# -- item: config files hold values of any type ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("workers = 2", "workers must be a list of integers, e.g. workers = [...], got 2"),
+        ('workers = [1, "2"]', "workers must be a list of integers"),
+        ("workers = [true]", "workers must be a list of integers"),
+        ('timeout = "fast"', "timeout must be a number, got 'fast'"),
+        ("timeout = inf", "timeout must be a finite number"),
+        ("hosts = 5", "hosts must be a string, got 5"),
+        ('engines = "ddp"', "engines must be a list of names, e.g. engines = [...], got 'ddp'"),
+        ('oversubscribe = "no"', "oversubscribe must be true or false, got 'no'"),
+        ("repeats = 1.5", "repeats must be an integer, got 1.5"),
+        ('models = "mlp"', "models must be a list of strings"),
+        ("[spec]\nlr = nan", "lr must be a finite number"),
+        ("[spec]\nmodel = 5", "model must be a str, got 5"),
+    ],
+)
+def test_config_values_are_type_checked(text: str, message: str, tmp_path: Path) -> None:
+    cfg = tmp_path / "sweep.toml"
+    cfg.write_text(text + "\n")
+    proc = _bench("run", "--config", str(cfg), "--results", str(tmp_path))
+    _one_line_error(proc, message)
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("bad.toml", b'engines = ["ddp"]\n# caf\xe9\n', "is not UTF-8 text (byte 0xe9"),
+        ("deep.yaml", b"engines: " + b"[" * 5000 + b"]" * 5000 + b"\n", "nests too deeply"),
+        ("deep.toml", b"engines = " + b"[" * 5000 + b"]" * 5000 + b"\n", "nests too deeply"),
+        ("keys.yaml", b"5: 1\nx: 2\n", "unknown sweep setting(s): 5, x"),
+        ("bad.yaml", b"engines: [ddp\nworkers: 1\n", "does not parse"),
+    ],
+    ids=["non-utf8", "yaml-5000-deep", "toml-5000-deep", "int-keys", "yaml-syntax"],
+)
+def test_hostile_config_files_get_one_line_errors(
+    name: str, content: bytes, message: str, tmp_path: Path
+) -> None:
+    cfg = tmp_path / name
+    cfg.write_bytes(content)
+    proc = _bench("run", "--config", str(cfg), "--results", str(tmp_path))
+    _one_line_error(proc, message)
