@@ -4,12 +4,15 @@ record or a one-line error, never a traceback, a hang, a lost record or an orpha
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -309,3 +312,76 @@ def test_hostile_config_files_get_one_line_errors(
     cfg.write_bytes(content)
     proc = _bench("run", "--config", str(cfg), "--results", str(tmp_path))
     _one_line_error(proc, message)
+
+
+# -- item: a full disk ----------------------------------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 256 KiB tmpfs: a disk that can really fill up (needs root; skipped otherwise)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a small tmpfs needs root")
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk)], capture_output=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def _fill(disk: Path, leave: int) -> None:
+    """Fill `disk` with a filler file, then give back `leave` bytes."""
+    filler = disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        with contextlib.suppress(OSError):  # until the disk is full
+            while True:
+                os.write(fd, b"\0" * 4096)
+    finally:
+        os.close(fd)
+    os.truncate(filler, max(filler.stat().st_size - leave, 0))
+
+
+def test_record_that_does_not_fit_leaves_no_partial_line(small_disk: Path) -> None:
+    results = small_disk / "res"
+    first = records.new_record({"lr": 1.0}, "ddp", 1, {}, {})
+    records.append(results, first)
+    _fill(small_disk, 4096)
+    before = records.results_file(results).read_bytes()
+    big = records.new_record({"lr": 1.0}, "ddp", 1, {}, {})
+    big["step_losses"] = [1.0] * 5000  # ~25 KB: more than is left
+    with pytest.raises(records.RecordsError, match="no space left on device") as info:
+        records.append(results, big)
+    assert "\n" not in str(info.value) and "nothing partial was kept" in str(info.value)
+    assert records.results_file(results).read_bytes() == before
+    (kept,) = records.load([results]).records
+    assert kept["run_id"] == first["run_id"]
+
+
+def test_runner_on_a_full_disk_says_so(small_disk: Path) -> None:
+    results = small_disk / "res"
+    results.mkdir()
+    _fill(small_disk, 0)
+    proc, _ = run_direct(Engine.DDP, ["--model", "mlp", "--max-steps", "10"], results)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "error: no space left on device to write a record" in proc.stderr
+    target = records.results_file(results)
+    assert not target.exists() or target.read_bytes() == b""
+
+
+def test_sweep_on_a_full_disk_says_so(small_disk: Path) -> None:
+    results = small_disk / "res"
+    results.mkdir()
+    _fill(small_disk, 0)
+    proc = _bench(
+        "run", "--engines", "ddp", "--workers", "1", "--models", "mlp", "--repeats", "1",
+        "--max-steps", "10", "--results", str(results),
+    )  # fmt: skip
+    _one_line_error(proc, "No space left on device")
