@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import models
 from bench import data as bdata
-from bench.spec import Device, Engine, GradCompression, Precision, RunSpec, SpecError
+from bench.spec import (
+    Device,
+    Engine,
+    GradCompression,
+    Precision,
+    RunSpec,
+    SpecError,
+    detect_device,
+)
 
 
 class InputError(ValueError):
@@ -78,3 +86,12 @@ def check_engine(engine: Engine, spec: RunSpec) -> None:
                 f"grad_compression={spec.grad_compression.value}: paddle.DataParallel has no "
                 "gradient compression; compare it with grad_compression=none"
             )
+
+
+def check_device(spec: RunSpec) -> None:
+    """device=cuda on a machine without a CUDA GPU, refused before anything starts."""
+    if spec.device is Device.CUDA and detect_device() is not Device.CUDA:
+        raise InputError(
+            "device=cuda but no CUDA GPU is visible on this machine (torch.cuda.is_available() "
+            "is false); use --device cpu, or auto to pick what is there"
+        )

@@ -124,7 +124,10 @@ def _parser() -> argparse.ArgumentParser:
         "compare the sets cell by cell, unless --tables",
     )
     cmp_.add_argument(
-        "--out", metavar="DIR", help="also write the report to DIR/report.<format> (html: one file)"
+        "--out",
+        metavar="DIR",
+        help="also write the report to DIR/report.<format> (html: one file); "
+        "BASE NEW: DIR/diff.<format>",
     )
     cmp_.add_argument(
         "--tables", action="store_true", help="with two paths: one set of tables over both"
@@ -402,6 +405,13 @@ def _diff(args: argparse.Namespace) -> int:
     except regress.CheckError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if args.format == "html":  # refused, not silently ignored
+        print(
+            "error: --format html draws one set's tables; BASE NEW writes text, markdown, csv "
+            "or json (or add --tables for one HTML report over both)",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
     sets = []
     for path in args.paths:
         loaded = records.load([path])
@@ -413,11 +423,21 @@ def _diff(args: argparse.Namespace) -> int:
         print(f"no cell is present in both {args.paths[0]} and {args.paths[1]}", file=sys.stderr)
         return 1
     if args.format == "json":
-        print(df.to_json(orient="records", indent=1))
+        text = df.to_json(orient="records", indent=1) + "\n"
     elif args.format == "csv":
-        print(df.to_csv(index=False), end="")
+        text = df.to_csv(index=False)
     else:
-        print(regress.render(df, markdown=args.format == "markdown"))
+        text = regress.render(df, markdown=args.format == "markdown") + "\n"
+    print(text, end="")
+    if args.out:
+        target_file = Path(args.out) / f"diff.{_SUFFIX[args.format]}"
+        try:
+            target_file.parent.mkdir(parents=True, exist_ok=True)
+            target_file.write_text(text)
+        except OSError as exc:
+            print(f"error: cannot write {target_file}: {exc.strerror}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        print(f"wrote {target_file}", file=sys.stderr)
     failures = [msg for row in df.to_dict("records") for c in checks if (msg := c.fails(row))]
     for msg in failures:
         print(f"REGRESSION: {msg}", file=sys.stderr)

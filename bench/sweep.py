@@ -30,10 +30,10 @@ import tomllib
 import yaml
 
 import models
+from bench import engine_options, launch, records
 from bench import env as benv
-from bench import launch, records
-from bench.checks import InputError, check_engine, prepare
-from bench.spec import Device, Engine, RunSpec
+from bench.checks import InputError, check_device, check_engine, prepare
+from bench.spec import Device, Engine, RunSpec, SpecError
 
 ALL_ENGINES = (Engine.HOROVOD, Engine.DDP, Engine.PADDLE)
 
@@ -148,11 +148,16 @@ class SweepConfig:
                     raise SweepError(str(exc)) from None
         for item in self.engine_options:
             engine, sep, kv = item.partition(":")
-            if not sep or "=" not in kv or engine not in {e.value for e in Engine}:
+            key, eq, value = kv.partition("=")
+            if not sep or not eq or not key or engine not in {e.value for e in Engine}:
                 raise SweepError(
                     f"engine option {item!r} must look like ENGINE:KEY=VALUE with ENGINE one of "
                     + ", ".join(e.value for e in Engine)
                 )
+            try:  # the adapters' own declarations, checked here before any launch
+                engine_options.check(Engine(engine), {key: value})
+            except SpecError as exc:
+                raise SweepError(f"--engine-option {item}: {exc}") from None
         return self
 
     def options(self, engine: Engine) -> tuple[str, ...]:
@@ -350,6 +355,8 @@ def check_plan(cells: Sequence[Cell], config: SweepConfig, python: str | None = 
     for cell in cells:
         try:
             check_engine(cell.engine, cell.spec)
+            if not cell.cluster:  # other hosts' GPUs are not visible from here
+                check_device(cell.spec)
         except InputError as exc:
             raise SweepError(f"cell {cell.name}: {exc}") from None
         # the seed changes values, not sizes: one check per spec and worker count

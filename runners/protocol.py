@@ -38,7 +38,7 @@ import models
 from bench import data as bdata
 from bench import env as benv
 from bench import records
-from bench.checks import InputError, check_engine, prepare, total_steps
+from bench.checks import InputError, check_device, check_engine, prepare, total_steps
 from bench.spec import Engine, SpecError, add_spec_flags, spec_from_args
 from runners.engines.base import EngineAdapter
 
@@ -388,6 +388,7 @@ def main(engine: Engine, argv: Sequence[str] | None = None) -> int:
         adapter = _load_adapter(engine)(spec, args.collective_timeout, options)
         model, dataset, spe = prepare(spec, adapter.expected_world_size())
         check_engine(engine, spec)
+        check_device(spec)
     except (SpecError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -385,3 +385,83 @@ def test_sweep_on_a_full_disk_says_so(small_disk: Path) -> None:
         "--max-steps", "10", "--results", str(results),
     )  # fmt: skip
     _one_line_error(proc, "No space left on device")
+
+
+# -- smaller traps --------------------------------------------------------------------
+
+GOLDEN = Path(__file__).parent / "data" / "golden.jsonl"
+
+
+def test_compare_base_new_writes_its_out_file_or_refuses(tmp_path: Path) -> None:
+    for name in ("base", "new"):
+        (tmp_path / name).mkdir()
+        shutil.copy(GOLDEN, tmp_path / name / "runs.jsonl")
+    base, new = str(tmp_path / "base"), str(tmp_path / "new")
+    html = _bench("compare", base, new, "--format", "html", "--out", str(tmp_path / "h"))
+    _one_line_error(html, "--format html draws one set's tables")
+    assert not (tmp_path / "h").exists()
+    md = _bench("compare", base, new, "--format", "markdown", "--out", str(tmp_path / "m"))
+    assert md.returncode == 0, md.stderr
+    written = (tmp_path / "m" / "diff.md").read_text()
+    assert written.startswith("| comparison") and written.strip() == md.stdout.strip()
+
+
+def test_a_fifo_named_jsonl_does_not_hang_compare(tmp_path: Path) -> None:
+    shutil.copy(GOLDEN, tmp_path / "runs.jsonl")
+    os.mkfifo(tmp_path / "trap.jsonl")  # opening it to read would block forever
+    proc = _bench("compare", str(tmp_path), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "trap.jsonl:0: not a regular file; skipped" in proc.stderr
+    assert "throughput" in proc.stdout
+    proc = _bench("compare", str(tmp_path / "trap.jsonl"), timeout=120)
+    assert "not a regular file or directory" in proc.stderr and proc.returncode == 1
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ("ddp:nosuch=1", "unknown ddp engine option(s): nosuch; known: none"),
+        ("horovod:fusion=1", "unknown horovod engine option(s): fusion; known: timeline"),
+        ("horovod:adasum=maybe", "engine option adasum must be true or false"),
+        ("horovod:cycle_time_ms=fast", "engine option cycle_time_ms must be a number > 0"),
+        ("ddp:=1", "must look like ENGINE:KEY=VALUE"),
+    ],
+)
+def test_sweep_refuses_engine_options_before_launch(
+    option: str, message: str, tmp_path: Path
+) -> None:
+    proc = _bench(
+        "run", "--engines", "ddp,horovod", "--workers", "1", "--models", "mlp",
+        "--engine-option", option, "--results", str(tmp_path),
+    )  # fmt: skip
+    _one_line_error(proc, message)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_engine_options_are_declared_once() -> None:
+    from bench import engine_options
+    from runners.engines.torch_engines import HorovodAdapter
+
+    assert "cycle_time_ms" in engine_options.OPTIONS[Engine.HOROVOD]
+    with pytest.raises(SpecError, match="unknown horovod engine option"):
+        HorovodAdapter(RunSpec(model="mlp", device="cpu"), options={"nosuch": "1"})
+
+
+def _has_gpu() -> bool:
+    from bench.spec import Device, detect_device
+
+    return detect_device() is Device.CUDA
+
+
+@pytest.mark.skipif(_has_gpu(), reason="this machine has a CUDA GPU")
+def test_cuda_without_a_gpu_is_refused_before_launch(tmp_path: Path) -> None:
+    proc = _bench(
+        "run", "--engines", "ddp,paddle", "--workers", "1", "--models", "mlp",
+        "--device", "cuda", "--results", str(tmp_path),
+    )  # fmt: skip
+    _one_line_error(proc, "device=cuda but no CUDA GPU is visible on this machine")
+    assert not (tmp_path / "runs").exists()
+    for engine in (Engine.DDP, Engine.PADDLE):
+        proc, recs = run_direct(engine, ["--device", "cuda"], tmp_path)
+        _one_line_error(proc, "device=cuda but no CUDA GPU is visible")
+        assert recs == []

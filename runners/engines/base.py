@@ -8,11 +8,12 @@ framework. Adding a fourth engine is one new adapter file and one entry script.
 from __future__ import annotations
 
 import abc
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
-from bench.spec import Engine, RunSpec, SpecError
+from bench import engine_options
+from bench.spec import Engine, RunSpec
 from models.base import ModelDef, Shape, Weights
 
 # fp16 loss scaling, one setting for every engine (torch's defaults; Paddle's differ).
@@ -26,9 +27,6 @@ LOSS_SCALER: dict[str, Any] = {
 
 class EngineAdapter(abc.ABC):
     engine: Engine
-    # Engine-specific knobs outside the shared contract (--engine-option KEY=VALUE):
-    # name -> help. Recorded in knobs(); unknown names are refused.
-    OPTIONS: ClassVar[dict[str, str]] = {}
 
     def __init__(
         self, spec: RunSpec, timeout_s: float = 300.0, options: dict[str, str] | None = None
@@ -36,12 +34,9 @@ class EngineAdapter(abc.ABC):
         self.spec = spec
         self.timeout_s = timeout_s  # longest a collective may wait for a peer before failing
         self.options = dict(options or {})
-        unknown = sorted(set(self.options) - set(self.OPTIONS))
-        if unknown:
-            known = ", ".join(f"{k} ({v})" for k, v in self.OPTIONS.items()) or "none"
-            raise SpecError(
-                f"unknown {self.engine.value} engine option(s): {', '.join(unknown)}; known: {known}"
-            )
+        # Engine-specific knobs outside the shared contract (--engine-option KEY=VALUE),
+        # declared in bench/engine_options.py, where `bench run` checks them too.
+        engine_options.check(self.engine, self.options)
         self.rank = 0
         self.local_rank = 0
         self.world_size = 1

@@ -12,7 +12,7 @@ import datetime
 import inspect
 import os
 import socket
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -315,12 +315,6 @@ def _flag(options: dict[str, str], name: str) -> bool:
 
 class HorovodAdapter(TorchAdapter):
     engine = Engine.HOROVOD
-    OPTIONS: ClassVar[dict[str, str]] = {
-        "timeline": "PATH: write Horovod's timeline there and summarise it in the record",
-        "autotune": "true|false: Horovod autotuning of fusion threshold and cycle time",
-        "adasum": "true|false: Adasum gradient reduction instead of averaging",
-        "cycle_time_ms": "MS: Horovod's cycle time",
-    }
 
     def __init__(
         self, spec: RunSpec, timeout_s: float = 300.0, options: dict[str, str] | None = None
@@ -328,13 +322,6 @@ class HorovodAdapter(TorchAdapter):
         super().__init__(spec, timeout_s, options)
         self.autotune = _flag(self.options, "autotune")
         self.adasum = _flag(self.options, "adasum")
-        if "cycle_time_ms" in self.options:
-            try:
-                float(self.options["cycle_time_ms"])
-            except ValueError:
-                raise SpecError(
-                    f"engine option cycle_time_ms must be a number, got {self.options['cycle_time_ms']!r}"
-                ) from None
 
     def expected_world_size(self) -> int:
         return int(os.environ.get("HOROVOD_SIZE", "1"))
