@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from bench import records
-from bench.spec import Engine, RunSpec, SpecError
+from bench.spec import Device, Engine, RunSpec, SpecError
 from tests.conftest import ROOT, run_direct, run_engine
 from tests.test_faults import _procs_with
 
@@ -444,11 +444,11 @@ def test_engine_options_are_declared_once() -> None:
 
     assert "cycle_time_ms" in engine_options.OPTIONS[Engine.HOROVOD]
     with pytest.raises(SpecError, match="unknown horovod engine option"):
-        HorovodAdapter(RunSpec(model="mlp", device="cpu"), options={"nosuch": "1"})
+        HorovodAdapter(RunSpec(model="mlp", device=Device.CPU), options={"nosuch": "1"})
 
 
 def _has_gpu() -> bool:
-    from bench.spec import Device, detect_device
+    from bench.spec import detect_device
 
     return detect_device() is Device.CUDA
 
