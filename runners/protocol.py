@@ -406,7 +406,7 @@ def main(engine: Engine, argv: Sequence[str] | None = None) -> int:
         train(adapter, model, dataset, spe, record, args.quiet, args.save)
     except Diverged as exc:
         record["status"] = records.Status.DIVERGED
-        record["error"] = f"diverged: {exc}"
+        record["error"] = str(exc)
         if adapter.rank == 0:
             print(f"error: diverged: {exc}", file=sys.stderr)
         code = EXIT_DIVERGED
