@@ -36,8 +36,8 @@ import numpy as np
 
 import models
 from bench import data as bdata
+from bench import engine_options, records
 from bench import env as benv
-from bench import records
 from bench.checks import InputError, check_device, check_engine, prepare, total_steps
 from bench.spec import Engine, SpecError, add_spec_flags, spec_from_args
 from runners.engines.base import EngineAdapter
@@ -84,7 +84,7 @@ def build_parser(engine: Engine) -> argparse.ArgumentParser:
         default=[],
         metavar="KEY=VALUE",
         help="engine-specific knob outside the shared spec, recorded in knobs (repeatable); "
-        "horovod: timeline=PATH, autotune=true, adasum=true, cycle_time_ms=MS",
+        f"{engine.value}: {engine_options.describe(engine)}".replace("%", "%%"),
     )
     parser.add_argument("--quiet", action="store_true", help="no per-epoch progress lines")
     return parser
