@@ -116,10 +116,25 @@ def frame(recs: Iterable[dict[str, Any]], target: float = DEFAULT_TARGET) -> pd.
                 "machine": benv.machine_key(env),
                 "libraries": json.dumps(env.get("libraries", {}), sort_keys=True),
                 "knobs": json.dumps(r.get("knobs", {}), sort_keys=True),
+                "math": _math(r.get("knobs") or {}),
                 "error": r.get("error"),
             }
         )
     return pd.DataFrame(rows)
+
+
+MATH_KEYS = ("tf32_matmul", "tf32_conv", "cudnn_benchmark", "cudnn_deterministic")
+
+
+def _math(knobs: dict[str, Any]) -> str:
+    """How fp32 maths ran (TF32, cuDNN modes), in words, from a record's `math` knobs."""
+    math = knobs.get("math")
+    if not isinstance(math, dict):
+        return "not recorded"
+    words = [f"{k.replace('_', ' ')} {'on' if math.get(k) else 'off'}" for k in MATH_KEYS]
+    if math.get("nvidia_tf32_override") is not None:
+        words.append(f"NVIDIA_TF32_OVERRIDE={math['nvidia_tf32_override']}")
+    return ", ".join(words)
 
 
 def _interval(est: stats.Estimate, spec: str) -> str:
@@ -305,6 +320,13 @@ def _notes(gdf: pd.DataFrame) -> list[str]:
                 "WARNING: records from different library versions: "
                 + " | ".join(sorted(ok["libraries"].unique()))
             )
+        if ok["math"].nunique() > 1:
+            detail = "; ".join(
+                f"{e}: {' | '.join(sorted(m.unique()))}" for e, m in ok.groupby("engine")["math"]
+            )
+            notes.append(f"WARNING: fp32 maths differ between runs ({detail}): not comparable")
+        else:
+            notes.append(f"fp32 maths identical across engines: {ok['math'].iloc[0]}")
         for engine, knobs in ok.groupby("engine")["knobs"]:
             notes.append(f"knobs {engine}: " + " | ".join(sorted(knobs.unique())))
     for _, bad in gdf[gdf["status"] != records.Status.OK].iterrows():

@@ -117,6 +117,9 @@ class RunSpec:
     seed: int = 0
     threads: int = 1
     precision: Precision = Precision.FP32
+    # fp32 matmuls and convolutions on GPUs in TF32 (10-bit mantissa), where torch and
+    # Paddle default differently; False means true fp32 for every engine.
+    allow_tf32: bool = False
     device: Device = Device.AUTO
     bucket_mb: float = 25.0  # DDP bucket / Horovod fusion threshold / Paddle comm buffer
     # False runs every engine without its gradient averaging (each rank steps its own
@@ -263,6 +266,11 @@ class RunSpec:
                 "bn_buffers=sync needs device=cuda: the SyncBatchNorm of torch, Horovod and "
                 "Paddle run on GPUs only; on CPU use local or broadcast"
             )
+        if self.device is Device.CPU and self.allow_tf32:
+            raise SpecError(
+                "allow_tf32=true needs device=cuda: TF32 is a GPU tensor-core format; "
+                "on CPU leave it false"
+            )
         if self.device is Device.CPU and self.precision is Precision.FP16:
             raise SpecError("precision=fp16 needs device=cuda; on CPU use precision=bf16 or fp32")
         if world_size is not None:
@@ -320,6 +328,7 @@ _FLAG_HELP = {
     "grad_compression": "gradients cast to fp16 for the allreduce (horovod, ddp)",
     "bn_momentum": "BatchNorm momentum, torch's convention (paddle gets 1 - m)",
     "bn_buffers": "BatchNorm running statistics: local per rank, or broadcast from rank 0 each step",
+    "allow_tf32": "true: fp32 matmuls and convolutions may run in TF32 on GPUs (every engine alike)",
 }
 
 

@@ -166,7 +166,9 @@ def train(
 
     weights = models.init_weights(model, dataset.input_shape, dataset.num_classes, spec.seed)
     adapter.build(model, weights, dataset.input_shape, dataset.num_classes)
+    # Taken once every engine's set-up (broadcasts included) is over: what training starts from.
     init_fps = _gather_str(adapter, models.weights_fingerprint(adapter.state()))
+    init_opt_state = adapter.optimizer_state_tensors()
 
     test_idx = bdata.eval_shard(len(dataset.test_y), rank, world)
     order_hash = hashlib.sha256()
@@ -176,6 +178,8 @@ def train(
     step = 0
     loop_wall = 0.0
     input_time, input_steps = 0.0, 0
+    peak_mb: float | None = None  # training's peak device memory, staged batches excluded
+    staged_mb: float | None = None
     wall0 = time.perf_counter()
     cpu0 = time.process_time()  # all threads of this process: compute, gloo, horovod's
     tag = f"[{adapter.engine.value} np={world}]"
@@ -184,6 +188,7 @@ def train(
         # The epoch's batches and learning rates are prepared before its loop, so the
         # loop does what a hand-written one does: step, synchronise, time.
         n_steps = min(spe, total - step)
+        before_mb = adapter.device_memory_mb()
         plan = []
         t_in = time.perf_counter()  # the input pipeline: indices, augmentation, tensors
         for s in range(n_steps):
@@ -198,6 +203,11 @@ def train(
             plan.append((batch, spec.lr_at(step + s, spe, world, total)))
         input_time += time.perf_counter() - t_in
         input_steps += n_steps
+        # The staged copies land before the first timed step, and the peak-memory window
+        # covers training only: not the staged epoch (subtracted), not evaluation.
+        adapter.synchronize()
+        after_mb = adapter.device_memory_mb()
+        adapter.reset_peak_device_memory()
         pending: list[Any] = []  # loss tensors, read back after the loop (no per-step sync)
         train_time = 0.0
         mark = None  # wall clock of the timed steps, harness work between them included
@@ -214,6 +224,10 @@ def train(
             step += 1
         if mark is not None:
             loop_wall += time.perf_counter() - mark
+        epoch_peak = adapter.peak_device_memory_mb()
+        if epoch_peak is not None and before_mb is not None and after_mb is not None:
+            staged_mb = max(staged_mb or 0.0, after_mb - before_mb)
+            peak_mb = max(peak_mb or 0.0, epoch_peak - (after_mb - before_mb))
         del plan
         losses = [adapter.loss_value(loss) for loss in pending]
         # Once per epoch: every rank's step losses and time, and global test metrics.
@@ -273,7 +287,7 @@ def train(
             break
 
     busy = (time.process_time() - cpu0) / max(time.perf_counter() - wall0, 1e-9)
-    gpu_mb = adapter.peak_device_memory_mb()
+    gpu_mb = peak_mb
     usage = adapter.allgather(
         np.asarray(
             [
@@ -282,6 +296,7 @@ def train(
                 np.nan if gpu_mb is None else gpu_mb,
                 loop_wall,
                 1e3 * input_time / max(input_steps, 1),
+                np.nan if staged_mb is None else staged_mb,
             ],
             dtype=np.float64,
         )
@@ -322,6 +337,8 @@ def train(
             "fingerprints": {
                 "init_weights": init_fps[0],
                 "init_weights_ranks_agree": len(set(init_fps)) == 1,
+                # optimizer state tensors after set-up: 0 unless set-up took a step
+                "init_optimizer_state_tensors": init_opt_state,
                 "final_weights": final_fps[0],
                 "final_weights_ranks_agree": len(set(final_fps)) == 1,
                 # hash of every rank's consumed indices, in rank order
@@ -331,7 +348,10 @@ def train(
             "resources": {
                 "peak_rss_mb": usage[:, 0].tolist(),
                 "cpu_utilisation": usage[:, 1].tolist(),  # CPU-seconds per second, per rank
+                # peak over the training loops (model, optimizer state, activations),
+                # without the epoch's staged batches and evaluation
                 "peak_gpu_mb": None if gpu_mb is None else usage[:, 2].tolist(),
+                "staged_batches_gpu_mb": None if staged_mb is None else usage[:, 5].tolist(),
             },
             # Batches are built before each epoch's timed loop; this is what building them
             # costs per step. Above 1x the step time, a pipeline overlapping the two would

@@ -118,8 +118,29 @@ class EngineAdapter(abc.ABC):
         return {}
 
     def peak_device_memory_mb(self) -> float | None:
-        """Peak accelerator memory allocated by this rank; None on CPU."""
+        """Peak accelerator memory allocated by this rank since the last reset; None on CPU."""
         return None
+
+    def device_memory_mb(self) -> float | None:
+        """Accelerator memory allocated by this rank now; None on CPU."""
+        return None
+
+    def reset_peak_device_memory(self) -> None:  # noqa: B027 (optional hook: CPU needs nothing)
+        """Start a new peak-memory window at the memory allocated now."""
+
+    @abc.abstractmethod
+    def optimizer_state_tensors(self) -> int:
+        """How many state tensors the optimizer holds (0 for a fresh one: nothing seeded)."""
+
+    def eval_batches(self, n: int) -> list[slice]:
+        """Evaluation slices of `n` samples, each the per-worker training batch.
+
+        Evaluating in training-sized batches keeps its memory within training's (one
+        forward over a whole test split can need gigabytes), and every engine
+        evaluates the same slices.
+        """
+        size = self.spec.per_worker_batch(self.world_size)
+        return [slice(i, i + size) for i in range(0, n, size)]
 
     def shutdown(self) -> None:  # noqa: B027 (optional hook)
         """Leave the process group cleanly."""

@@ -49,6 +49,7 @@ class PaddleAdapter(EngineAdapter):
             paddle.set_device(f"gpu:{dist.ParallelEnv().device_id}")
         else:
             paddle.set_device("cpu")
+        self._set_fp32_maths()
         # Mixed precision: O1 autocast, and for fp16 a loss scaler set like torch's.
         self._amp_dtype: Any = {Precision.FP16: "float16", Precision.BF16: "bfloat16"}.get(
             self.spec.precision
@@ -124,6 +125,44 @@ class PaddleAdapter(EngineAdapter):
                 learning_rate=s.lr, parameters=params, weight_decay=s.weight_decay or None
             )
 
+    def _set_fp32_maths(self) -> None:
+        """fp32 maths as torch's adapters set it (see torch_engines._set_fp32_maths).
+
+        Paddle defaults to TF32 for cuBLAS matmuls and cuDNN convolutions alike; its
+        switches and cuDNN flags exist only in CUDA builds (a CPU build has no TF32).
+        """
+        if not paddle.is_compiled_with_cuda():
+            return
+        core = paddle.base.core
+        core.set_cublas_switch(self.spec.allow_tf32)
+        core.set_cudnn_switch(self.spec.allow_tf32)
+        paddle.set_flags(
+            {"FLAGS_cudnn_deterministic": False, "FLAGS_cudnn_exhaustive_search": False}
+        )
+
+    def _fp32_maths(self) -> dict[str, Any]:
+        """How fp32 maths ran, read back from paddle, in the keys torch's adapters record."""
+        override = os.environ.get("NVIDIA_TF32_OVERRIDE")
+        if not paddle.is_compiled_with_cuda():
+            return {
+                "tf32_matmul": False,
+                "tf32_conv": False,
+                "cudnn_benchmark": False,
+                "cudnn_deterministic": False,
+                "nvidia_tf32_override": override,
+                "native": "CPU build: no cuBLAS or cuDNN",
+            }
+        core = paddle.base.core
+        flags = paddle.get_flags(["FLAGS_cudnn_deterministic", "FLAGS_cudnn_exhaustive_search"])
+        return {
+            "tf32_matmul": bool(core.get_cublas_switch()),
+            "tf32_conv": bool(core.get_cudnn_switch()),
+            "cudnn_benchmark": bool(flags["FLAGS_cudnn_exhaustive_search"]),
+            "cudnn_deterministic": bool(flags["FLAGS_cudnn_deterministic"]),
+            "nvidia_tf32_override": override,
+            "native": flags,
+        }
+
     def to_batch(self, x: np.ndarray, y: np.ndarray) -> Any:
         return paddle.to_tensor(x), paddle.to_tensor(y)
 
@@ -156,13 +195,16 @@ class PaddleAdapter(EngineAdapter):
 
     def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int, int]:
         self.layer.eval()
+        loss_sum, correct, count = 0.0, 0, 0
         with paddle.no_grad():
-            xt, yt = self.to_batch(x, y)
-            logits = self.layer(xt)
-            loss_sum = float(_loss(logits, yt, reduction="sum").numpy())
-            correct = int((logits.argmax(-1) == yt).astype("int64").sum().item())
+            for i in self.eval_batches(len(y)):
+                xt, yt = self.to_batch(x[i], y[i])
+                logits = self.layer(xt)
+                loss_sum += float(_loss(logits, yt, reduction="sum").numpy())
+                correct += int((logits.argmax(-1) == yt).astype("int64").sum().item())
+                count += int(yt.size)
         self.layer.train()
-        return loss_sum, correct, int(yt.size)
+        return loss_sum, correct, count
 
     def state(self) -> Weights:
         transposed = self._linear_weights()
@@ -212,6 +254,19 @@ class PaddleAdapter(EngineAdapter):
             return float(paddle.device.cuda.max_memory_allocated()) / 2**20
         return None
 
+    def device_memory_mb(self) -> float | None:
+        if self.spec.device is Device.CUDA:
+            return float(paddle.device.cuda.memory_allocated()) / 2**20
+        return None
+
+    def reset_peak_device_memory(self) -> None:
+        if self.spec.device is Device.CUDA:
+            paddle.device.cuda.reset_max_memory_allocated()
+
+    def optimizer_state_tensors(self) -> int:
+        # paddle creates its accumulators (velocity, moments) lazily, at the first step
+        return sum(len(acc) for acc in self.optimizer._accumulators.values())
+
     def versions(self) -> dict[str, Any]:
         return {
             "paddle": paddle.__version__,
@@ -228,6 +283,7 @@ class PaddleAdapter(EngineAdapter):
             "grad_sync": self.spec.grad_sync,
             "bn_buffers": self.spec.bn_buffers.value,
             "gradient_compression": "none",
+            "math": self._fp32_maths(),
             "autocast_dtype": self._amp_dtype,
             "loss_scaling": self._scaler.is_enable(),
             **({"loss_scaler": LOSS_SCALER} if self._scaler.is_enable() else {}),

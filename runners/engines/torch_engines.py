@@ -53,6 +53,69 @@ def _loss(logits: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> tor
 AMP_DTYPES = {Precision.FP16: torch.float16, Precision.BF16: torch.bfloat16}
 
 
+def _set_fp32_maths(allow_tf32: bool) -> None:
+    """Set how fp32 matmuls and convolutions compute, instead of inheriting torch's defaults.
+
+    torch defaults to TF32 convolutions (cuDNN) but IEEE fp32 matmuls (cuBLAS); Paddle
+    to TF32 for both. The suite sets every engine to the spec's `allow_tf32`, with
+    cuDNN's autotuner (benchmark) and deterministic mode off, which both frameworks
+    default to. Only torch's per-backend `fp32_precision` API is used: torch 2.13
+    refuses reads once it is mixed with the legacy `allow_tf32` flags. CPU (oneDNN)
+    kernels stay IEEE fp32.
+    """
+    mode = "tf32" if allow_tf32 else "ieee"
+    backends: Any = torch.backends  # per-backend leaves are attached at run time
+    backends.cuda.matmul.fp32_precision = mode
+    backends.cudnn.conv.fp32_precision = mode
+    backends.cudnn.rnn.fp32_precision = mode
+    for leaf in (backends.mkldnn.matmul, backends.mkldnn.conv, backends.mkldnn.rnn):
+        leaf.fp32_precision = "ieee"
+    backends.cudnn.benchmark = False
+    backends.cudnn.deterministic = False
+
+
+def fp32_maths() -> dict[str, Any]:
+    """How fp32 maths ran, read back from torch (the `math` knobs every engine records)."""
+    backends: Any = torch.backends  # per-backend leaves are attached at run time
+    return {
+        "tf32_matmul": backends.cuda.matmul.fp32_precision == "tf32",
+        "tf32_conv": backends.cudnn.conv.fp32_precision == "tf32",
+        "cudnn_benchmark": bool(backends.cudnn.benchmark),
+        "cudnn_deterministic": bool(backends.cudnn.deterministic),
+        # NVIDIA's libraries honour this over any framework setting ("0": no TF32)
+        "nvidia_tf32_override": os.environ.get("NVIDIA_TF32_OVERRIDE"),
+        "native": {
+            "cuda.matmul.fp32_precision": backends.cuda.matmul.fp32_precision,
+            "cudnn.conv.fp32_precision": backends.cudnn.conv.fp32_precision,
+            "mkldnn.matmul.fp32_precision": backends.mkldnn.matmul.fp32_precision,
+        },
+    }
+
+
+class _PrescaledFP16:
+    """Horovod compressor doing exactly what DDP's fp16_compress_hook does.
+
+    Cast to fp16, divide by the world size in fp16, then (with op=Sum) sum in fp16 and
+    cast back. Horovod's own Compression.fp16 with op=Average sums first and divides
+    afterwards, so under loss scaling its sum overflows where DDP's does not.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def compress(self, tensor: torch.Tensor) -> tuple[torch.Tensor, torch.dtype | None]:
+        if not tensor.dtype.is_floating_point:
+            return tensor, None
+        return tensor.to(torch.float16).div_(self.size), tensor.dtype
+
+    def decompress(self, tensor: torch.Tensor, ctx: torch.dtype | None) -> torch.Tensor:
+        return tensor if ctx is None else tensor.to(ctx)
+
+
+# Recorded for every engine that compresses: the order of operations of the fp16 allreduce.
+FP16_COMPRESSION = "cast to fp16, divide by world size, sum in fp16, cast back"
+
+
 class TorchAdapter(EngineAdapter):
     """The torch half shared by DDP and Horovod: model, optimizer, step, evaluation."""
 
@@ -72,6 +135,7 @@ class TorchAdapter(EngineAdapter):
                 raise SpecError("device=cuda but torch sees no CUDA GPU; use --device cpu")
             torch.cuda.set_device(self.local_rank)
         torch.set_num_threads(self.spec.threads)
+        _set_fp32_maths(self.spec.allow_tf32)
         # Mixed precision: autocast to the spec's dtype; fp16 also scales the loss
         # (torch's default GradScaler settings, which Paddle's runner copies).
         self._amp_dtype = AMP_DTYPES.get(self.spec.precision)
@@ -104,6 +168,11 @@ class TorchAdapter(EngineAdapter):
             b for n, b in self.module.named_buffers() if not n.endswith("num_batches_tracked")
         ]
 
+    def compression_knobs(self) -> dict[str, Any]:
+        if self.spec.grad_compression is GradCompression.FP16:
+            return {"gradient_compression_ops": FP16_COMPRESSION}
+        return {}
+
     def to_batch(self, x: np.ndarray, y: np.ndarray) -> Any:
         return (
             torch.from_numpy(x).to(self.device, non_blocking=True),
@@ -113,6 +182,7 @@ class TorchAdapter(EngineAdapter):
     def amp_knobs(self) -> dict[str, Any]:
         scaler = self._scaler
         return {
+            "math": fp32_maths(),
             "autocast_dtype": str(self._amp_dtype).replace("torch.", "")
             if self._amp_dtype
             else None,
@@ -147,12 +217,15 @@ class TorchAdapter(EngineAdapter):
     @torch.no_grad()
     def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int, int]:
         self.module.eval()
-        xt, yt = self.to_batch(x, y)
-        logits = self.module(xt)
-        loss_sum = float(_loss(logits, yt, reduction="sum").item())
-        correct = int((logits.argmax(-1) == yt).sum().item())
+        loss_sum, correct, count = 0.0, 0, 0
+        for i in self.eval_batches(len(y)):
+            xt, yt = self.to_batch(x[i], y[i])
+            logits = self.module(xt)
+            loss_sum += float(_loss(logits, yt, reduction="sum").item())
+            correct += int((logits.argmax(-1) == yt).sum().item())
+            count += int(yt.numel())
         self.module.train()
-        return loss_sum, correct, int(yt.numel())
+        return loss_sum, correct, count
 
     def state(self) -> Weights:
         return {
@@ -174,6 +247,20 @@ class TorchAdapter(EngineAdapter):
         if self.spec.device is Device.CUDA:
             return float(torch.cuda.max_memory_allocated(self.device)) / 2**20
         return None
+
+    def optimizer_state_tensors(self) -> int:
+        return sum(
+            1 for st in self.optimizer.state.values() for v in st.values() if torch.is_tensor(v)
+        )
+
+    def device_memory_mb(self) -> float | None:
+        if self.spec.device is Device.CUDA:
+            return float(torch.cuda.memory_allocated(self.device)) / 2**20
+        return None
+
+    def reset_peak_device_memory(self) -> None:
+        if self.spec.device is Device.CUDA:
+            torch.cuda.reset_peak_memory_stats(self.device)
 
     def buffer(self, nbytes: int) -> Any:
         return torch.ones(nbytes // 4, dtype=torch.float32, device=self.device)
@@ -295,6 +382,7 @@ class DDPAdapter(TorchAdapter):
             "gradient_as_bucket_view": False,
             "find_unused_parameters": False,
             "gradient_compression": self.spec.grad_compression.value,
+            **self.compression_knobs(),
             "grad_sync": self.spec.grad_sync,
             **self.amp_knobs(),
         }
@@ -376,19 +464,28 @@ class HorovodAdapter(TorchAdapter):
         optimizer = self._make_optimizer(self.module.parameters())
         # The canonical Horovod recipe: broadcast rank 0's state, then wrap the optimizer.
         hvd.broadcast_parameters(self.module.state_dict(), root_rank=0)
-        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        # Not for a fresh optimizer: Horovod 0.28.1 initialises its state by zeroing every
+        # gradient and calling step(), which with weight decay moves the weights and seeds
+        # momentum (Adam's moments), so Horovod would start from other weights than DDP.
+        # A fresh optimizer has no state to broadcast, and its weights were just broadcast.
+        if optimizer.state_dict()["state"]:
+            hvd.broadcast_optimizer_state(optimizer, root_rank=0)
         if not self.spec.grad_sync:
             self.optimizer = optimizer
             return
+        compression: Any = hvd.Compression.none
+        op = hvd.Adasum if self.adasum else hvd.Average
+        if self.spec.grad_compression is GradCompression.FP16:
+            if self.adasum:  # Adasum combines pairwise, not as a sum: Horovod's own cast
+                compression = hvd.Compression.fp16
+            else:  # DDP's fp16_compress_hook order: divide before the fp16 sum
+                compression, op = _PrescaledFP16(hvd.size()), hvd.Sum
+        self._op_name = "adasum" if self.adasum else ("sum" if op == hvd.Sum else "average")
         self.optimizer = hvd.DistributedOptimizer(
             optimizer,
             named_parameters=self.module.named_parameters(),
-            compression=(
-                hvd.Compression.fp16
-                if self.spec.grad_compression is GradCompression.FP16
-                else hvd.Compression.none
-            ),
-            op=hvd.Adasum if self.adasum else hvd.Average,
+            compression=compression,
+            op=op,
         )
 
     def train_step(self, batch: Any, lr: float) -> Any:
@@ -443,7 +540,8 @@ class HorovodAdapter(TorchAdapter):
             "fusion_threshold_bytes": int(os.environ["HOROVOD_FUSION_THRESHOLD"]),
             "cycle_time_ms": os.environ.get("HOROVOD_CYCLE_TIME", "default"),
             "gradient_compression": self.spec.grad_compression.value,
-            "op": "adasum" if self.adasum else "average",
+            **({} if self.adasum else self.compression_knobs()),
+            "op": getattr(self, "_op_name", "adasum" if self.adasum else "average"),
             "bn_buffers": self.spec.bn_buffers.value,
             "autotune": self.autotune,
             "timeline": "timeline" in self.options,
