@@ -70,3 +70,32 @@ def test_synchronised_batchnorm_on_two_gpus(tmp_path: Path) -> None:
     np.testing.assert_allclose(
         recs[Engine.HOROVOD]["step_losses"], recs[Engine.DDP]["step_losses"], rtol=1e-3
     )
+
+
+@pytest.mark.parametrize("engine", ENGINES, ids=lambda e: e.value)
+def test_peak_memory_is_training_not_staging(engine: Engine, tmp_path: Path) -> None:
+    """The peak covers the training loop: not the epoch's staged batches, not evaluation.
+
+    60,000 synthetic 28x28 samples stage about 150 MB of batches per epoch on the device;
+    lenet's training itself (weights, optimizer, activations of one batch of 32) needs a
+    small fraction of that, so a peak that counted the staged epoch would exceed it.
+    """
+    _gpu_count()
+    args = ["--model", "lenet", "--device", "cuda", "--dataset", "synthetic",
+            "--synthetic-samples", "60000", "--epochs", "1", "--warmup-steps", "5"]  # fmt: skip
+    rec = ok_record(*run_engine(engine, 1, args, tmp_path))
+    staged = rec["resources"]["staged_batches_gpu_mb"][0]
+    peak = rec["resources"]["peak_gpu_mb"][0]
+    assert staged > 100, staged
+    assert 0 < peak < staged / 2, (peak, staged)
+
+
+@pytest.mark.parametrize("engine", ENGINES, ids=lambda e: e.value)
+def test_fp32_is_true_fp32_unless_tf32_allowed(engine: Engine, tmp_path: Path) -> None:
+    """TF32 and cuDNN modes are set explicitly on the GPU and read back into the record."""
+    _gpu_count()
+    off = ok_record(*run_engine(engine, 1, LENET, tmp_path / "off"))["knobs"]["math"]
+    on = ok_record(*run_engine(engine, 1, [*LENET, "--allow-tf32", "true"], tmp_path / "on"))
+    for math, tf32 in ((off, False), (on["knobs"]["math"], True)):
+        assert (math["tf32_matmul"], math["tf32_conv"]) == (tf32, tf32), math
+        assert not math["cudnn_benchmark"] and not math["cudnn_deterministic"], math
