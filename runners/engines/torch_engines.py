@@ -465,9 +465,10 @@ class HorovodAdapter(TorchAdapter):
         # The canonical Horovod recipe: broadcast rank 0's state, then wrap the optimizer.
         hvd.broadcast_parameters(self.module.state_dict(), root_rank=0)
         # Not for a fresh optimizer: Horovod 0.28.1 initialises its state by zeroing every
-        # gradient and calling step(), which with weight decay moves the weights and seeds
-        # momentum (Adam's moments), so Horovod would start from other weights than DDP.
-        # A fresh optimizer has no state to broadcast, and its weights were just broadcast.
+        # gradient and calling step(), which with weight decay moves every weight (Adam: by
+        # about lr) and seeds the momentum of the unwrapped optimizer, so Horovod would
+        # start from other weights than DDP. A fresh optimizer has no state to broadcast,
+        # and its weights were just broadcast.
         if optimizer.state_dict()["state"]:
             hvd.broadcast_optimizer_state(optimizer, root_rank=0)
         if not self.spec.grad_sync:
