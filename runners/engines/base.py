@@ -16,7 +16,8 @@ from bench import engine_options
 from bench.spec import Engine, RunSpec
 from models.base import ModelDef, Shape, Weights
 
-# fp16 loss scaling, one setting for every engine (torch's defaults; Paddle's differ).
+# fp16 loss scaling, one setting for every engine, stated explicitly (torch's defaults;
+# Paddle 3.3's GradScaler defaults equal them, its base AmpScaler's do not).
 LOSS_SCALER: dict[str, Any] = {
     "init_scale": 2.0**16,
     "growth_factor": 2.0,
