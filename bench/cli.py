@@ -115,13 +115,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_spec_flags(run)
 
-    cmp_ = sub.add_parser("compare", help="comparison tables from result records")
+    cmp_ = sub.add_parser(
+        "compare",
+        help="comparison tables from result records, or BASE/NEW changes",
+        description="Tables over every record under PATHS (results/reference/ only when "
+        "named), one comparison per spec, machine and library versions; or, with --base "
+        "and --new, the change of each cell between two result sets.",
+    )
     cmp_.add_argument(
         "paths",
         nargs="*",
-        default=["results"],
-        help="result files or directories (default: results/); exactly two (BASE NEW) "
-        "compare the sets cell by cell, unless --tables",
+        help="result files or directories for the tables (default: results/); a "
+        "reference/ folder below a named directory is read only when named itself",
     )
     cmp_.add_argument(
         "--out",
@@ -130,21 +135,23 @@ def _parser() -> argparse.ArgumentParser:
         "BASE NEW: DIR/diff.<format>",
     )
     cmp_.add_argument(
-        "--tables", action="store_true", help="with two paths: one set of tables over both"
+        "--base", metavar="PATH", help="regression mode: the result set to compare against"
     )
+    cmp_.add_argument("--new", metavar="PATH", help="regression mode: the result set to check")
+    cmp_.add_argument("--tables", action="store_true", help=argparse.SUPPRESS)  # the default now
     cmp_.add_argument(
         "--fail",
         action="append",
         default=[],
         metavar="METRIC:N%",
-        help="BASE NEW mode: exit 1 when METRIC got significantly worse by more than N%% "
+        help="with --base/--new: exit 1 when METRIC got significantly worse by more than N%% "
         "(throughput, accuracy, step_p50, peak_rss; repeatable)",
     )
     cmp_.add_argument(
         "--min-effect",
         type=float,
-        default=0.03,
-        help="BASE NEW mode: smallest relative change called significant (default: 0.03)",
+        default=None,
+        help="with --base/--new: smallest relative change called significant (default: 0.03)",
     )
     cmp_.add_argument(
         "--format", choices=["text", "markdown", "csv", "json", "html"], default="text"
@@ -308,6 +315,8 @@ def render_compare(loaded: records.Loaded, fmt: str, target: float) -> str | Non
             {
                 "title": c.title,
                 "group": c.group,
+                "machine": c.machine,
+                "libraries": c.libraries,
                 "sections": {
                     n: json.loads(df.to_json(orient="records")) for n, df in c.sections.items()
                 },
@@ -319,10 +328,14 @@ def render_compare(loaded: records.Loaded, fmt: str, target: float) -> str | Non
     elif fmt == "csv":
         for c in comps:
             for name, df in c.sections.items():
-                out.append(df.assign(comparison=c.title, section=name).to_csv(index=False))
+                out.append(
+                    df.assign(comparison=c.title, machine=c.machine, section=name).to_csv(
+                        index=False
+                    )
+                )
     elif fmt == "markdown":
         for c in comps:
-            out.append(f"### {c.title}\n")
+            out.append(f"### {c.title}\n\nmachine: {c.machine} | {c.libraries}\n")
             for name, df in c.sections.items():
                 if not df.empty:
                     out.append(f"**{name}**\n\n{report.formatted(df).to_markdown(index=False)}\n")
@@ -345,8 +358,7 @@ def _print_compare(
     out_dir: str | None = None,
 ) -> int:
     loaded = records.load(paths)
-    for problem in loaded.problems:
-        print(f"skipped: {problem}", file=sys.stderr)
+    _report_skipped(loaded)
     text = render_compare(loaded, fmt, target)
     if text is None:
         print(
@@ -389,12 +401,41 @@ def _print_compare(
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    if len(args.paths) == 2 and not args.tables:
+    if args.base is not None or args.new is not None:
+        if args.base is None or args.new is None:
+            print("error: regression mode needs both --base PATH and --new PATH", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        if args.paths:
+            print(
+                f"error: give the result sets as --base/--new only, not also as paths "
+                f"({' '.join(args.paths)})",
+                file=sys.stderr,
+            )
+            return EXIT_BAD_INPUT
         return _diff(args)
-    if args.fail:
-        print("error: --fail needs exactly two paths, BASE and NEW", file=sys.stderr)
+    if args.fail or args.min_effect is not None:
+        option = "--fail" if args.fail else "--min-effect"
+        print(f"error: {option} needs --base PATH and --new PATH", file=sys.stderr)
         return EXIT_BAD_INPUT
-    return _print_compare(args.paths, args.format, args.sources, args.target_accuracy, args.out)
+    if len(args.paths) == 2 and not args.tables:
+        # Two paths used to switch to BASE/NEW mode; now it is explicit.
+        print(
+            "note: two paths are shown as one set of tables; for the change from one to the "
+            f"other use `bench compare --base {args.paths[0]} --new {args.paths[1]}`",
+            file=sys.stderr,
+        )
+    paths = args.paths or ["results"]
+    return _print_compare(paths, args.format, args.sources, args.target_accuracy, args.out)
+
+
+def _report_skipped(loaded: records.Loaded) -> None:
+    for problem in loaded.problems:
+        print(f"skipped: {problem}", file=sys.stderr)
+    for folder in loaded.skipped:
+        print(
+            f"skipped: {folder} (committed reference records; name it to read it)",
+            file=sys.stderr,
+        )
 
 
 def _diff(args: argparse.Namespace) -> int:
@@ -413,14 +454,15 @@ def _diff(args: argparse.Namespace) -> int:
         )
         return EXIT_BAD_INPUT
     sets = []
-    for path in args.paths:
+    for path in (args.base, args.new):
         loaded = records.load([path])
-        for problem in loaded.problems:
-            print(f"skipped: {problem}", file=sys.stderr)
+        _report_skipped(loaded)
         sets.append(loaded.records)
-    df = regress.diff(sets[0], sets[1], args.min_effect)
+    min_effect = regress.DEFAULT_MIN_EFFECT if args.min_effect is None else args.min_effect
+    df = regress.diff(sets[0], sets[1], min_effect)
     if df.empty:
-        print(f"no cell is present in both {args.paths[0]} and {args.paths[1]}", file=sys.stderr)
+        why = regress.why_unmatched(sets[0], sets[1])
+        print(f"no cell is present in both {args.base} and {args.new}{why}", file=sys.stderr)
         return 1
     if args.format == "json":
         text = df.to_json(orient="records", indent=1) + "\n"
@@ -476,8 +518,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from bench import export
 
     loaded = records.load(args.paths)
-    for problem in loaded.problems:
-        print(f"skipped: {problem}", file=sys.stderr)
+    _report_skipped(loaded)
     try:
         n = export.write(loaded.records, args.pytest_benchmark)
     except OSError as exc:

@@ -125,3 +125,39 @@ def machine_key(env: dict[str, Any]) -> str:
     """Short label of the hardware a record ran on, for warnings across machines."""
     gpu = "; ".join(sorted({g.get("name", "?") for g in env.get("gpus") or []}))
     return f"{env.get('cpu', '?')} x{env.get('cpu_count', '?')}" + (f" + {gpu}" if gpu else "")
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on: its affinity mask, capped by a cgroup v2 CPU quota.
+
+    os.cpu_count() counts the machine's CPUs, which overstates what a container or a
+    `taskset` launch may use.
+    """
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max" and int(period) > 0:
+            cpus = min(cpus, max(1, -(-int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(cpus, 1)
+
+
+def oversubscription(workers_on_host: int, threads_per_worker: int) -> dict[str, Any]:
+    """Whether this host runs more worker threads than it has usable CPUs, with the numbers.
+
+    Timings of an oversubscribed run measure the CPU contention as much as the engine,
+    so records carry this and every comparison table flags it.
+    """
+    cpus = usable_cpus()
+    return {
+        "oversubscribed": workers_on_host * threads_per_worker > cpus,
+        "cpu_budget": {
+            "workers_on_host": workers_on_host,
+            "threads_per_worker": threads_per_worker,
+            "usable_cpus": cpus,
+        },
+    }

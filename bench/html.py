@@ -92,7 +92,8 @@ def _plots(comp: report.Comparison, recs: list[dict[str, Any]]) -> list[str]:
         for r in recs
         if r.get("status") == records.Status.OK
         and r.get("kind", "train") == "train"
-        and report._group_key(r.get("spec") or {}) == comp.group
+        and r.get("run_id") in comp.run_ids
+        and (r.get("spec") or {}).get("grad_sync", True)
     ]
     if ok:
         # One run per (engine, workers): the lowest seed, so curves are comparable.
@@ -184,14 +185,11 @@ def render(
     body = ["<h1>Data-parallel training engines compared</h1>", _header(recs, problems)]
     for comp in comps:
         spec: dict[str, Any] = next(
-            (
-                r.get("spec") or {}
-                for r in recs
-                if report._group_key(r.get("spec") or {}) == comp.group
-            ),
+            (r.get("spec") or {} for r in recs if r.get("run_id") in comp.run_ids),
             {},
         )
         body.append(f"<h2>{_esc(comp.title)}</h2>")
+        body.append(f"<p><b>machine:</b> {_esc(comp.machine)} | {_esc(comp.libraries)}</p>")
         body.append(f'<p class="note">spec: {_esc(json.dumps(spec, sort_keys=True))}</p>')
         for name, df in comp.sections.items():
             if not df.empty:

@@ -59,6 +59,8 @@ class Problem:
 class Loaded:
     records: list[dict[str, Any]]
     problems: list[Problem]
+    # committed reference folders passed over because they were not named (see _files)
+    skipped: list[str] = dataclasses.field(default_factory=list)
 
 
 def new_record(
@@ -191,15 +193,29 @@ def by_label(path: str | Path, key: str, value: str) -> list[dict[str, Any]]:
     return [r for r in load([path]).records if (r.get("labels") or {}).get(key) == value]
 
 
-def _files(paths: Iterable[str | Path]) -> tuple[list[Path], list[Problem]]:
+# Committed reference records live in a folder of this name (results/reference/).
+REFERENCE_DIR = "reference"
+
+
+def _files(paths: Iterable[str | Path]) -> tuple[list[Path], list[Problem], list[str]]:
+    """The .jsonl files under `paths`, problems, and the reference folders passed over.
+
+    A directory is searched recursively except for `reference/` folders below it: the
+    committed reference records are read only when named (`bench compare
+    results/reference/...`), so a user's own sweep is never mixed with them unasked.
+    """
     files: list[Path] = []
     problems: list[Problem] = []
+    skipped: set[str] = set()
     for p in map(Path, paths):
         # Regular files only: opening a FIFO or device named *.jsonl would block or
         # read forever.
         if p.is_dir():
             for f in sorted(p.rglob("*.jsonl")):
-                if f.is_file():
+                below = f.relative_to(p).parts[:-1]
+                if REFERENCE_DIR in below:
+                    skipped.add(str(p.joinpath(*below[: below.index(REFERENCE_DIR) + 1])))
+                elif f.is_file():
                     files.append(f)
                 else:
                     problems.append(Problem(str(f), 0, "not a regular file; skipped"))
@@ -209,7 +225,7 @@ def _files(paths: Iterable[str | Path]) -> tuple[list[Path], list[Problem]]:
             problems.append(Problem(str(p), 0, "not a regular file or directory; skipped"))
         else:
             problems.append(Problem(str(p), 0, "no such file or directory"))
-    return files, problems
+    return files, problems, sorted(skipped)
 
 
 def migrate(record: dict[str, Any]) -> dict[str, Any]:
@@ -251,7 +267,7 @@ def _parse(path: Path, number: int, raw: bytes) -> dict[str, Any] | Problem:
 
 def load(paths: Iterable[str | Path]) -> Loaded:
     """Every good record under `paths` (files or directories), plus each problem found."""
-    files, problems = _files(paths)
+    files, problems, skipped = _files(paths)
     records: list[dict[str, Any]] = []
     for path in files:
         try:
@@ -266,4 +282,4 @@ def load(paths: Iterable[str | Path]) -> Loaded:
                         records.append(parsed)
         except OSError as exc:
             problems.append(Problem(str(path), 0, f"cannot read: {exc.strerror}"))
-    return Loaded(records, problems)
+    return Loaded(records, problems, skipped)

@@ -1,6 +1,8 @@
 """`bench compare BASE NEW`: per-cell changes between two result sets, and regression checks.
 
-Cells are matched by (spec minus seed, engine with its options, workers). A
+Cells are matched by (spec minus seed, machine, engine with its options, workers):
+library versions and code may differ between BASE and NEW (that is what is being
+checked), the hardware may not. A
 change is *significant* when the 95% bootstrap interval of the ratio of
 medians (NEW / BASE, both groups resampled) excludes 1 **and** the change is at
 least the minimum effect size: with the 3-5 repeats a sweep affords, rank
@@ -26,8 +28,15 @@ from bench import report, stats
 METRICS: dict[str, tuple[str, bool]] = {
     "throughput": ("throughput", True),
     "accuracy": ("final_accuracy", True),
-    "step_p50": ("step_p50", False),
+    "step_p50": ("step_p50_ms", False),
     "peak_rss": ("peak_rss_mb", False),
+}
+# metric -> (table heading, number format): the units and formats of `bench compare`'s tables
+SHOWN: dict[str, tuple[str, str]] = {
+    "throughput": ("samples/s", "{:,.0f}"),
+    "accuracy": ("accuracy", "{:.2%}"),
+    "step_p50": ("step p50 ms", "{:,.2f}"),
+    "peak_rss": ("peak RSS MB", "{:,.0f}"),
 }
 DEFAULT_MIN_EFFECT = 0.03
 
@@ -74,7 +83,7 @@ def _frame(recs: list[dict[str, Any]]) -> pd.DataFrame:
     if df.empty:
         return df
     df = df[(df["status"] == "ok") & df["grad_sync"].astype(bool)].copy()
-    df["step_p50"] = [float(np.median(s)) if len(s) else np.nan for s in df["step_times"]]
+    df["step_p50_ms"] = [1e3 * float(np.median(s)) if len(s) else np.nan for s in df["step_times"]]
     return df
 
 
@@ -86,16 +95,23 @@ def diff(
     if b.empty or n.empty:
         return pd.DataFrame()
     rows = []
-    keys = ["group", "engine", "workers"]
+    keys = ["spec_group", "machine", "engine", "workers"]
     for key, bcell in b.groupby(keys):
-        ncell = n[(n["group"] == key[0]) & (n["engine"] == key[1]) & (n["workers"] == key[2])]
+        ncell = n[
+            (n["spec_group"] == key[0])
+            & (n["machine"] == key[1])
+            & (n["engine"] == key[2])
+            & (n["workers"] == key[3])
+        ]
         if ncell.empty:
             continue
         row: dict[str, Any] = {
             "comparison": f"{bcell['model'].iloc[0]}/{bcell['dataset'].iloc[0]} ({key[0]})",
-            "engine": key[1],
-            "workers": int(key[2]),
+            "machine": key[1],
+            "engine": key[2],
+            "workers": int(key[3]),
             "runs": f"{len(bcell)}/{len(ncell)}",
+            "oversubscribed": bool(bcell["oversubscribed"].any() or ncell["oversubscribed"].any()),
         }
         for metric, (col, _) in METRICS.items():
             bv, nv = bcell[col].dropna().astype(float), ncell[col].dropna().astype(float)
@@ -117,21 +133,41 @@ def diff(
     return pd.DataFrame(rows)
 
 
+def why_unmatched(base: list[dict[str, Any]], new: list[dict[str, Any]]) -> str:
+    """When no cell matched: '; ...' naming the machines if the specs matched on different ones."""
+    b, n = _frame(base), _frame(new)
+    if b.empty or n.empty:
+        return ""
+    shared = set(b["spec_group"]) & set(n["spec_group"])
+    if not shared:
+        return ""
+    return (
+        "; the same specs ran on different machines ("
+        + ", ".join(sorted(set(b["machine"])))
+        + " vs "
+        + ", ".join(sorted(set(n["machine"])))
+        + "), which are not compared: rerun BASE or NEW on one machine"
+    )
+
+
 def render(df: pd.DataFrame, markdown: bool = False) -> str:
     """The diff as a compact table (Markdown for a pull-request comment)."""
     shown = pd.DataFrame(
         {
             "comparison": df["comparison"],
+            "machine": df["machine"],
             "engine": df["engine"],
             "workers": df["workers"],
             "runs base/new": df["runs"],
         }
     )
+    if df["oversubscribed"].any():
+        shown["oversubscribed"] = ["YES" if o else "no" for o in df["oversubscribed"]]
     for metric in METRICS:
         if f"{metric} change" not in df:
             continue
-        fmt = "{:,.4g}"
-        shown[metric] = [
+        heading, fmt = SHOWN[metric]
+        shown[heading] = [
             "-"
             if pd.isna(c)
             else f"{fmt.format(b)} -> {fmt.format(n)} ({c:+.1%}){' *' if s else ''}"

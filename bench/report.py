@@ -1,7 +1,9 @@
 """From records on disk to comparison tables (pandas).
 
-Records are grouped by their spec minus the seed: one comparison covers only
-runs that were asked to do the same thing. Compute-only twins (spec
+Records are grouped by their spec minus the seed, their machine (CPU model and
+count, GPUs) and their library versions: one comparison covers only runs that
+were asked to do the same thing on the same hardware and software, so no median
+pools two machines; each comparison names its machine. Compute-only twins (spec
 `grad_sync=false`) are not shown as tables of their own; they give the
 communication share of their synchronised group. Every number is computed from
 the records that `bench compare --sources` lists, so each can be traced to a
@@ -38,15 +40,46 @@ class Comparison:
     group: str
     sections: dict[str, pd.DataFrame]
     notes: list[str]
+    machine: str = "?"
+    libraries: str = ""
+    run_ids: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def frame(self) -> pd.DataFrame:
         return self.sections["throughput"]
 
 
-def _group_key(spec: dict[str, Any]) -> str:
+def _group_key(spec: dict[str, Any], *context: str) -> str:
+    """Short hash of a spec minus its seed, plus `context` (machine, libraries) when given."""
     fixed = {k: v for k, v in spec.items() if k not in VARYING}
-    return hashlib.sha256(json.dumps(fixed, sort_keys=True).encode()).hexdigest()[:10]
+    text = json.dumps([fixed, *context] if context else fixed, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def libraries_text(libraries: dict[str, Any]) -> str:
+    """'numpy 2.1.0, torch 2.5.1': the versions a comparison's records share."""
+    return ", ".join(f"{k} {v}" for k, v in sorted(libraries.items())) or "versions not recorded"
+
+
+def oversubscription(r: dict[str, Any]) -> tuple[bool, str]:
+    """(oversubscribed?, 'W workers x T threads > C CPUs') for a record.
+
+    Records written before runners computed it are judged from the machine's CPU
+    count (marked 'inferred'); multi-node ones are not judged.
+    """
+    budget = r.get("cpu_budget") or {}
+    if "oversubscribed" in r and budget:
+        w, t, c = (budget.get(k) for k in ("workers_on_host", "threads_per_worker", "usable_cpus"))
+        return bool(r["oversubscribed"]), f"{w} workers x {t} threads > {c} CPUs"
+    cpus = (r.get("env") or {}).get("cpu_count")
+    threads = (r.get("spec") or {}).get("threads") or 1
+    workers = r.get("world_size") or 1
+    if not cpus or (r.get("nodes") or 1) > 1:
+        return False, ""
+    return (
+        workers * threads > cpus,
+        f"{workers} workers x {threads} threads > {cpus} CPUs (inferred)",
+    )
 
 
 def _title(spec: dict[str, Any]) -> str:
@@ -83,6 +116,9 @@ def frame(recs: Iterable[dict[str, Any]], target: float = DEFAULT_TARGET) -> pd.
         env = r.get("env") or {}
         res = r.get("resources") or {}
         twin = {**spec, "grad_sync": False}
+        machine = benv.machine_key(env)
+        libraries = json.dumps(env.get("libraries", {}), sort_keys=True)
+        oversub, budget = oversubscription(r)
         variant = str(r.get("engine")) + "".join(
             f"[{k}={v}]" for k, v in sorted((r.get("engine_options") or {}).items())
         )
@@ -99,8 +135,9 @@ def frame(recs: Iterable[dict[str, Any]], target: float = DEFAULT_TARGET) -> pd.
                 "dataset": spec.get("dataset"),
                 "seed": spec.get("seed"),
                 "grad_sync": spec.get("grad_sync", True),
-                "group": _group_key(spec),
-                "twin_group": _group_key(twin),
+                "group": _group_key(spec, machine, libraries),
+                "twin_group": _group_key(twin, machine, libraries),
+                "spec_group": _group_key(spec),  # the same spec on any machine (BASE/NEW)
                 "title": _title(spec),
                 "throughput": r.get("throughput"),
                 "train_flops": ((r.get("flops_per_sample") or {}).get("train") or np.nan),
@@ -113,8 +150,10 @@ def frame(recs: Iterable[dict[str, Any]], target: float = DEFAULT_TARGET) -> pd.
                 "cpu_util": float(np.mean(res.get("cpu_utilisation") or [np.nan])),
                 "init_fp": fps.get("init_weights"),
                 "data_fp": fps.get("data_order"),
-                "machine": benv.machine_key(env),
-                "libraries": json.dumps(env.get("libraries", {}), sort_keys=True),
+                "machine": machine,
+                "libraries": libraries,
+                "oversubscribed": oversub,
+                "cpu_budget": budget,
                 "knobs": json.dumps(r.get("knobs", {}), sort_keys=True),
                 "math": _math(r.get("knobs") or {}),
                 "error": r.get("error"),
@@ -310,16 +349,6 @@ def _notes(gdf: pd.DataFrame) -> list[str]:
             notes.append(
                 f"initial weights identical across engines (fingerprint {ok['init_fp'].iloc[0]})"
             )
-        if ok["machine"].nunique() > 1:
-            notes.append(
-                "WARNING: records from different machines: "
-                + "; ".join(sorted(ok["machine"].unique()))
-            )
-        if ok["libraries"].nunique() > 1:
-            notes.append(
-                "WARNING: records from different library versions: "
-                + " | ".join(sorted(ok["libraries"].unique()))
-            )
         if ok["math"].nunique() > 1:
             detail = "; ".join(
                 f"{e}: {' | '.join(sorted(m.unique()))}" for e, m in ok.groupby("engine")["math"]
@@ -329,6 +358,15 @@ def _notes(gdf: pd.DataFrame) -> list[str]:
             notes.append(f"fp32 maths identical across engines: {ok['math'].iloc[0]}")
         for engine, knobs in ok.groupby("engine")["knobs"]:
             notes.append(f"knobs {engine}: " + " | ".join(sorted(knobs.unique())))
+    over = gdf[gdf["oversubscribed"].astype(bool)]
+    if not over.empty:
+        cells = sorted(
+            {f"{e} np={w}: {b}" for e, w, b in over[["engine", "workers", "cpu_budget"]].values}
+        )
+        notes.append(
+            "WARNING: oversubscribed (more worker threads than usable CPUs; the timings "
+            "measure CPU contention): " + "; ".join(cells)
+        )
     for _, bad in gdf[gdf["status"] != records.Status.OK].iterrows():
         first = (bad["error"] or "").strip().splitlines()[:1]
         notes.append(
@@ -354,11 +392,37 @@ def compare(recs: list[dict[str, Any]], target: float = DEFAULT_TARGET) -> list[
             "accuracy": _accuracy_rows(gdf, target),
             "head to head": _head_to_head_rows(gdf),
         }
+        _flag_oversubscribed(sections, gdf)
         notes = _notes(gdf)
         if len(twins):
             notes.append(f"comm %: from {len(twins)} compute-only twin run(s) (grad_sync=false)")
-        out.append(Comparison(str(gdf["title"].iloc[0]), str(group), sections, notes))
-    return sorted(out, key=lambda c: c.title)
+        out.append(
+            Comparison(
+                str(gdf["title"].iloc[0]),
+                str(group),
+                sections,
+                notes,
+                machine=str(gdf["machine"].iloc[0]),
+                libraries=libraries_text(json.loads(gdf["libraries"].iloc[0])),
+                run_ids=[str(x) for x in pd.concat([gdf["run_id"], twins["run_id"]])],
+            )
+        )
+    return sorted(out, key=lambda c: (c.title, c.machine, c.libraries))
+
+
+OVERSUB = "oversubscribed"
+
+
+def _flag_oversubscribed(sections: dict[str, pd.DataFrame], gdf: pd.DataFrame) -> None:
+    """Add an `oversubscribed` column to every table of a group that has such a run."""
+    over = gdf[gdf["oversubscribed"].astype(bool)]
+    if over.empty:
+        return
+    marks = {(e, int(w)): "YES" for e, w in over[["engine", "workers"]].values}
+    for df in sections.values():
+        if df.empty or "engine" not in df or "workers" not in df:
+            continue
+        df[OVERSUB] = [marks.get((e, int(w)), "no") for e, w in df[["engine", "workers"]].values]
 
 
 _FORMATS = {
@@ -390,7 +454,11 @@ def formatted(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def render_text(comp: Comparison) -> str:
-    lines = [comp.title, f"(comparison {comp.group})"]
+    """One comparison as plain text: title, machine, every table, then the notes."""
+    lines = [
+        comp.title,
+        f"machine: {comp.machine} | {comp.libraries} (comparison {comp.group})",
+    ]
     for name, section in comp.sections.items():
         if section.empty:
             continue

@@ -370,11 +370,11 @@ def check_plan(cells: Sequence[Cell], config: SweepConfig, python: str | None = 
             raise SweepError(f"cell {cell.name}: {exc}") from None
         # Remote machines' cores are not known here; their owner sizes --hosts slots.
         if cell.spec.device is Device.CPU and not config.oversubscribe and not cell.cluster:
-            cores = os.cpu_count() or 1
+            cores = benv.usable_cpus()
             if cell.workers * cell.spec.threads > cores:
                 raise SweepError(
                     f"cell {cell.name}: {cell.workers} workers x {cell.spec.threads} threads exceed "
-                    f"this machine's {cores} cores; the timings would measure oversubscription. "
+                    f"the {cores} CPUs this process may use; the timings would measure oversubscription. "
                     "Lower --workers/--threads or pass --oversubscribe"
                 )
 

@@ -103,6 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         spec_data, engine.value, adapter.world_size, _labels(args.label), _launcher()
     )
     record["kind"] = "collective"
+    record.update(benv.oversubscription(adapter.local_world_size, spec.threads))
     code = 0
     try:
         record["results"] = measure(adapter, args.sizes, args.iters, args.warmup)

@@ -421,6 +421,7 @@ def main(engine: Engine, argv: Sequence[str] | None = None) -> int:
     record = records.new_record(
         spec.to_dict(), engine.value, adapter.world_size, labels, _launcher()
     )
+    record.update(benv.oversubscription(adapter.local_world_size, spec.threads))
     code = 0
     try:
         train(adapter, model, dataset, spe, record, args.quiet, args.save)

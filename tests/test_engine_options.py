@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from bench import report
+from bench import launch, records, report
 from bench.spec import Engine
-from tests.conftest import ok_record, run_direct, run_engine
+from tests.conftest import ROOT, RUN_TIMEOUT_S, ok_record, run_direct, run_engine
 
 
 @pytest.mark.distributed
@@ -120,3 +122,77 @@ def test_paddle_refuses_bf16_on_cpu(tmp_path: Path) -> None:
     proc, recs = run_direct(Engine.PADDLE, ["--precision", "bf16", "--device", "cpu"], tmp_path)
     assert proc.returncode == 2 and not recs
     assert "paddle's auto_cast keeps its CPU kernels in fp32" in proc.stderr
+
+
+def _horovodrun(
+    flags: list[str], args: list[str], results: Path, nproc: int = 2
+) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
+    """horovodrun with its own `flags` (e.g. --cycle-time-ms) ahead of the runner."""
+    argv = launch.launch_argv(Engine.HOROVOD, nproc, [*args, "--results", str(results), "--quiet"])
+    at = argv.index("--gloo") + 1
+    proc = subprocess.run(
+        [*argv[:at], *flags, *argv[at:]],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+    )
+    f = records.results_file(results)
+    return proc, records.load([f]).records if f.exists() else []
+
+
+@pytest.mark.distributed
+def test_horovodrun_flags_are_read_back_and_recorded(tmp_path: Path) -> None:
+    """horovodrun's own --cycle-time-ms/--timeline-filename take effect and are recorded."""
+    timeline = tmp_path / "hvd-timeline.json"
+    flags = ["--cycle-time-ms", "7", "--timeline-filename", str(timeline)]
+    args = ["--model", "mlp", "--max-steps", "20", "--warmup-steps", "2"]
+    rec = ok_record(*_horovodrun(flags, args, tmp_path))
+    knobs = rec["knobs"]
+    assert float(knobs["cycle_time_ms"]) == 7.0
+    assert knobs["timeline"] is True
+    assert knobs["set_by_launcher"] == ["HOROVOD_CYCLE_TIME", "HOROVOD_TIMELINE"]
+    # a run with another cycle time is a variant of its own in compare, as with --engine-option
+    assert rec["engine_options"] == {"cycle_time_ms": "7.0"}
+    assert report.frame([rec])["engine"].iloc[0] == "horovod[cycle_time_ms=7.0]"
+    assert rec["timeline"]["path"] == str(timeline) and timeline.is_file()
+    assert rec["timeline"]["per_step_ms"]["allreduce"] > 0
+
+
+@pytest.mark.distributed
+def test_horovodrun_fusion_threshold_must_agree_with_bucket_mb(tmp_path: Path) -> None:
+    args = ["--model", "mlp", "--max-steps", "10", "--warmup-steps", "2"]
+    proc, recs = _horovodrun(["--fusion-threshold-mb", "64"], args, tmp_path / "no", nproc=1)
+    assert proc.returncode != 0 and not recs
+    assert (
+        "HOROVOD_FUSION_THRESHOLD=67108864 (64 MB, from horovodrun --fusion-threshold-mb or the "
+        "environment) contradicts the spec's bucket_mb=25; pass --bucket-mb instead"
+    ) in proc.stdout + proc.stderr
+    # the same size both ways is honoured, and recorded as what took effect
+    rec = ok_record(
+        *_horovodrun(
+            ["--fusion-threshold-mb", "64"], [*args, "--bucket-mb", "64"], tmp_path / "yes", nproc=1
+        )
+    )
+    assert rec["knobs"]["fusion_threshold_bytes"] == 64 * 2**20
+    assert rec["knobs"]["set_by_launcher"] == ["HOROVOD_FUSION_THRESHOLD"]
+
+
+def test_runner_records_oversubscription(tmp_path: Path) -> None:
+    """One worker with more threads than usable CPUs is marked, with the numbers."""
+    from bench import env as benv
+
+    cpus = benv.usable_cpus()
+    args = ["--model", "mlp", "--max-steps", "5", "--warmup-steps", "1"]
+    over = ok_record(*run_direct(Engine.DDP, [*args, "--threads", str(cpus + 1)], tmp_path / "a"))
+    assert over["oversubscribed"] is True
+    assert over["cpu_budget"] == {
+        "workers_on_host": 1,
+        "threads_per_worker": cpus + 1,
+        "usable_cpus": cpus,
+    }
+    fits = ok_record(*run_direct(Engine.DDP, [*args, "--threads", "1"], tmp_path / "b"))
+    assert fits["oversubscribed"] is False
+    flagged = report.compare([over])[0].sections["throughput"]
+    assert flagged["oversubscribed"].tolist() == ["YES"]

@@ -102,20 +102,60 @@ def test_cli_exit_codes_and_markdown(tmp_path: Path) -> None:
     base = _write(tmp_path / "base", _golden())
     same = _write(tmp_path / "same", _golden())
     drop = _write(tmp_path / "drop", _scaled(_golden(), throughput=0.8))
-    ok = _bench(str(base), str(same), "--fail", "throughput:5%")
+    ok = _bench("--base", str(base), "--new", str(same), "--fail", "throughput:5%")
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    bad = _bench(str(base), str(drop), "--fail", "throughput:5%", "--format", "markdown")
+    bad = _bench(
+        "--base", str(base), "--new", str(drop), "--fail", "throughput:5%", "--format", "markdown"
+    )
     assert bad.returncode == 1
     assert "REGRESSION:" in bad.stderr and "throughput -20.0%" in bad.stderr
     assert bad.stdout.startswith("| comparison") and "(-20.0%) *" in bad.stdout
-    js = _bench(str(base), str(drop), "--format", "json")
+    js = _bench("--base", str(base), "--new", str(drop), "--format", "json")
     assert js.returncode == 0  # no --fail: report only
     assert json.loads(js.stdout)[0]["throughput change"] == pytest.approx(-0.2)
 
 
-def test_cli_refuses_fail_without_two_sets(tmp_path: Path) -> None:
-    proc = _bench(str(GOLDEN), "--fail", "throughput:5%", "--tables")
-    assert proc.returncode == 2 and "--fail needs exactly two paths" in proc.stderr
+def test_one_number_format_and_milliseconds(tmp_path: Path) -> None:
+    base = _write(tmp_path / "base", _golden())
+    fast = _write(tmp_path / "fast", _scaled(_golden(), throughput=100.0))
+    out = _bench("--base", str(base), "--new", str(fast)).stdout
+    assert "e+" not in out  # no scientific notation beside plain numbers
+    assert "samples/s" in out and "step p50 ms" in out
+    assert "100 -> 10,000 (+9900.0%) *" in out  # ddp np=1: thousands separators on both sides
+    assert "20.00 -> 20.00 (+0.0%)" in out  # step p50 in ms (0.02 s), as in the tables
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--fail", "throughput:5%"], "--fail needs --base PATH and --new PATH"),
+        (["--min-effect", "0.1"], "--min-effect needs --base PATH and --new PATH"),
+        (["--base", str(GOLDEN)], "needs both --base PATH and --new PATH"),
+        (["--base", str(GOLDEN), "--new", str(GOLDEN), str(GOLDEN)], "not also as paths"),
+    ],
+)
+def test_cli_refuses_regression_options_without_base_and_new(args: list[str], message: str) -> None:
+    proc = _bench(str(GOLDEN), *args) if args[0] != "--base" else _bench(*args)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+
+
+def test_two_paths_show_tables_and_point_to_base_new() -> None:
+    proc = _bench(str(GOLDEN), str(GOLDEN))
+    assert proc.returncode == 0, proc.stderr
+    assert "throughput:" in proc.stdout  # the tables, not a BASE/NEW diff
+    assert f"--base {GOLDEN} --new {GOLDEN}" in proc.stderr
+
+
+def test_cells_from_different_machines_are_not_matched(tmp_path: Path) -> None:
+    other = copy.deepcopy(_golden())
+    for r in other:
+        r["env"] = {**r["env"], "cpu": "Other CPU"}
+    base = _write(tmp_path / "base", _golden())
+    new = _write(tmp_path / "new", other)
+    assert regress.diff(_golden(), other).empty
+    proc = _bench("--base", str(base), "--new", str(new))
+    assert proc.returncode == 1
+    assert "same specs ran on different machines (Golden CPU x2 vs Other CPU x2)" in proc.stderr
 
 
 @pytest.mark.distributed
@@ -151,6 +191,8 @@ def test_real_rerun_of_the_same_code_passes(tmp_path: Path) -> None:
             cwd=ROOT,
         )
         assert proc.returncode == 0, proc.stdout + proc.stderr
-    proc = _bench(str(tmp_path / "base"), str(tmp_path / "new"), "--fail", "throughput:25%")
+    proc = _bench(
+        "--base", str(tmp_path / "base"), "--new", str(tmp_path / "new"), "--fail", "throughput:25%"
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "ddp" in proc.stdout and "runs base/new" in proc.stdout

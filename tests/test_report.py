@@ -153,3 +153,79 @@ def test_export_is_read_by_pytest_benchmark(tmp_path: Path) -> None:
     )
     assert cmp_.returncode == 0, cmp_.stderr
     assert "train_step[mlp-digits-ddp-np2]" in cmp_.stdout
+
+
+def _bench_compare(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bench.cli", "compare", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_different_machines_and_versions_are_never_pooled() -> None:
+    golden = records.load([GOLDEN]).records
+    other_cpu = [{**r, "env": {**r["env"], "cpu": "Other CPU"}} for r in golden]
+    other_lib = [{**r, "env": {**r["env"], "libraries": {"torch": "9.9"}}} for r in golden]
+    comps = report.compare(golden + other_cpu + other_lib)
+    assert len(comps) == 3  # one per machine and library versions, each with its own medians
+    assert sorted((c.machine, c.libraries) for c in comps) == [
+        ("Golden CPU x2", "torch 2.13.0"),
+        ("Golden CPU x2", "torch 9.9"),
+        ("Other CPU x2", "torch 2.13.0"),
+    ]
+    for c in comps:
+        t = c.sections["throughput"].set_index(["engine", "workers"])
+        assert t.loc[("ddp", 1), "runs"] == 3  # not 6 or 9
+        # the compute-only twin of the same machine gives comm %
+        assert t.loc[("ddp", 2), "comm %"].startswith("25% [")
+        assert f"machine: {c.machine} | {c.libraries}" in report.render_text(c)
+
+
+def test_reference_records_are_read_only_when_named(tmp_path: Path) -> None:
+    golden = records.load([GOLDEN]).records
+    for r in golden[:4]:
+        records.append(tmp_path / "mine", {k: v for k, v in r.items() if k != "_source"})
+    for r in golden:
+        records.append(
+            tmp_path / "reference" / "cpu", {k: v for k, v in r.items() if k != "_source"}
+        )
+    loaded = records.load([tmp_path])
+    assert len(loaded.records) == 4
+    assert loaded.skipped == [str(tmp_path / "reference")]
+    proc = _bench_compare(str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert f"skipped: {tmp_path / 'reference'} (committed reference records" in proc.stderr
+    assert "4 records read" in proc.stderr
+    named = _bench_compare(str(tmp_path / "reference"))
+    assert named.returncode == 0 and "16 records read" in named.stderr
+    assert "committed reference" not in named.stderr
+
+
+def test_oversubscribed_runs_are_flagged_in_every_table() -> None:
+    golden = records.load([GOLDEN]).records
+    for r in golden:
+        over = r["engine"] == "ddp" and r["world_size"] == 2
+        r["oversubscribed"] = over
+        r["cpu_budget"] = {
+            "workers_on_host": r["world_size"],
+            "threads_per_worker": 4 if over else 1,
+            "usable_cpus": 2,
+        }
+    comp = report.compare(golden)[0]
+    for name, df in comp.sections.items():
+        marks = df.set_index(["engine", "workers"])["oversubscribed"]
+        assert marks.loc[("ddp", 2)] == "YES", name
+        assert marks.loc[("horovod", 2)] == "no", name
+    assert any(
+        n.startswith("WARNING: oversubscribed") and "ddp np=2: 2 workers x 4 threads > 2 CPUs" in n
+        for n in comp.notes
+    )
+    # records from before the field existed are judged from the machine's CPU count
+    old = records.load([GOLDEN]).records[0]
+    assert report.oversubscription({**old, "world_size": 4}) == (
+        True,
+        "4 workers x 1 threads > 2 CPUs (inferred)",
+    )
+    assert not report.oversubscription(old)[0]

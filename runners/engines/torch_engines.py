@@ -414,7 +414,62 @@ class HorovodAdapter(TorchAdapter):
     def expected_world_size(self) -> int:
         return int(os.environ.get("HOROVOD_SIZE", "1"))
 
+    def _adopt_launcher_settings(self) -> None:
+        """Read back what horovodrun's own flags put in this worker's environment.
+
+        `horovodrun --fusion-threshold-mb/--cycle-time-ms/--timeline-filename/--autotune`
+        reach the worker only as HOROVOD_* variables. A fusion threshold other than the
+        spec's bucket_mb is refused (the spec sets every engine's bucket, and the record
+        would otherwise state a size that did not apply); the others are honoured as if
+        given with --engine-option, so they are recorded and keep the run a variant of
+        its own in `bench compare`. A value given both ways must agree.
+        """
+        env = os.environ
+        ours = int(self.spec.bucket_mb * 1024 * 1024)
+        fusion = env.get("HOROVOD_FUSION_THRESHOLD")
+        if fusion is not None:
+            try:
+                theirs = int(float(fusion))
+            except ValueError:
+                raise InputError(f"HOROVOD_FUSION_THRESHOLD={fusion!r} is not a number") from None
+            if theirs != ours:
+                raise InputError(
+                    f"HOROVOD_FUSION_THRESHOLD={fusion} ({theirs / 2**20:g} MB, from horovodrun "
+                    f"--fusion-threshold-mb or the environment) contradicts the spec's "
+                    f"bucket_mb={self.spec.bucket_mb:g}; pass --bucket-mb instead, which sets "
+                    "every engine's bucket"
+                )
+            self.from_launcher.append("HOROVOD_FUSION_THRESHOLD")
+        for var, option in (
+            ("HOROVOD_CYCLE_TIME", "cycle_time_ms"),
+            ("HOROVOD_TIMELINE", "timeline"),
+        ):
+            value = env.get(var)
+            if value is None:
+                continue
+            given = self.options.get(option)
+            same = given == value
+            if option == "cycle_time_ms" and given is not None:
+                try:
+                    same = float(given) == float(value)
+                except ValueError:
+                    same = False
+            if given is not None and not same:
+                raise InputError(
+                    f"{var}={value} (from horovodrun or the environment) contradicts "
+                    f"--engine-option {option}={given}; set it one way"
+                )
+            if given is None:
+                self.options[option] = value
+                self.from_launcher.append(var)
+        if env.get("HOROVOD_AUTOTUNE", "0") not in ("", "0") and not self.autotune:
+            self.autotune = True
+            self.options["autotune"] = "true"
+            self.from_launcher.append("HOROVOD_AUTOTUNE")
+
     def init(self) -> None:
+        self.from_launcher: list[str] = []
+        self._adopt_launcher_settings()
         # Horovod reads these when it starts; they must be set before hvd.init().
         os.environ["HOROVOD_FUSION_THRESHOLD"] = str(int(self.spec.bucket_mb * 1024 * 1024))
         os.environ.setdefault("HOROVOD_GLOO_TIMEOUT_SECONDS", str(int(self.timeout_s)))
@@ -540,6 +595,8 @@ class HorovodAdapter(TorchAdapter):
         return {
             "fusion_threshold_bytes": int(os.environ["HOROVOD_FUSION_THRESHOLD"]),
             "cycle_time_ms": os.environ.get("HOROVOD_CYCLE_TIME", "default"),
+            # HOROVOD_* settings that came from horovodrun's flags or the environment
+            "set_by_launcher": sorted(self.from_launcher),
             "gradient_compression": self.spec.grad_compression.value,
             **({} if self.adasum else self.compression_knobs()),
             "op": getattr(self, "_op_name", "adasum" if self.adasum else "average"),
