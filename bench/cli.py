@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import models
-from bench import launch, records, report
+from bench import collectives, launch, records, report
 from bench.spec import Engine, RunSpec, SpecError, add_spec_flags, spec_from_args
 from bench.sweep import Interrupted, SweepConfig, SweepError, load_config_file, run_sweep
 
@@ -166,17 +166,33 @@ def _parser() -> argparse.ArgumentParser:
         "--sources", action="store_true", help="list the record (file:line) behind every run"
     )
 
-    coll = sub.add_parser("collectives", help="allreduce latency and bandwidth of each engine")
-    coll.add_argument("--engines", type=_csv(str), help="comma list (default: all)")
-    coll.add_argument("--workers", type=_csv(int), default=(2,), help="comma list (default: 2)")
-    coll.add_argument(
-        "--sizes", help="message sizes in bytes, comma list (default: 4 KiB .. 64 MiB)"
+    coll = sub.add_parser(
+        "collectives",
+        help="allreduce latency and bandwidth of each engine",
+        description="Time a float32 sum-allreduce with each engine's own call, under its "
+        "own launcher; every argument is checked before anything is launched.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    coll.add_argument("--iters", type=int, default=20, help="timed iterations per size")
-    coll.add_argument("--threads", type=int, default=1)
-    coll.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    coll.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per cell")
-    coll.add_argument("--results", default="results")
+    coll.add_argument(
+        "--engines", default="horovod,ddp,paddle", help="comma list of horovod,ddp,paddle"
+    )
+    coll.add_argument("--workers", default="2", help="worker counts, comma list")
+    coll.add_argument(
+        "--sizes",
+        default=",".join(str(n) for n in collectives.DEFAULT_SIZES),
+        help="message sizes in bytes (integers, multiples of 4), comma list; 4 KiB .. 64 MiB",
+    )
+    coll.add_argument("--iters", default="20", help="timed iterations per size")
+    coll.add_argument("--threads", default="1", help="threads per worker")
+    coll.add_argument(
+        "--device",
+        choices=["auto", "cpu", "cuda"],
+        default="auto",
+        help="auto: cuda where a CUDA GPU is visible, else cpu (as the runners)",
+    )
+    coll.add_argument("--timeout", default="300", help="seconds allowed per cell")
+    coll.add_argument("--results", default="results", help="results directory")
+    coll.add_argument("--dry-run", action="store_true", help="print the launch commands and exit")
 
     exp = sub.add_parser("export", help="write records in another tool's format")
     exp.add_argument("paths", nargs="*", default=["results"], help="result files or directories")
@@ -193,6 +209,14 @@ def _parser() -> argparse.ArgumentParser:
 
 def _sweep_inputs(args: argparse.Namespace) -> tuple[SweepConfig, RunSpec]:
     settings, spec_fields = load_config_file(args.config) if args.config else ({}, {})
+    # A sweep sets the model and dataset per cell from its lists; a single value given
+    # the runners' way would be silently overridden, so it is refused with the right name.
+    for one, many in (("model", "models"), ("dataset", "datasets")):
+        if getattr(args, one) is not None:
+            raise SweepError(
+                f"bench run takes --{many} (a comma list, e.g. --{many} "
+                f"{getattr(args, one)}), not --{one}"
+            )
     for key in (
         "engines",
         "workers",
@@ -217,6 +241,12 @@ def _sweep_inputs(args: argparse.Namespace) -> tuple[SweepConfig, RunSpec]:
         if value is not None:
             settings[key] = value
     config = SweepConfig.from_dict(settings)
+    for one, many in (("model", "models"), ("dataset", "datasets")):
+        if one in spec_fields:
+            raise SweepError(
+                f"config file {args.config}: [spec] {one} is set per cell by the sweep; "
+                f"write `{many} = [{json.dumps(spec_fields[one])}]` at the top level instead"
+            )
     base = spec_from_args(args, RunSpec.from_dict(spec_fields))
     return config, base
 
@@ -299,8 +329,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def render_compare(loaded: records.Loaded, fmt: str, target: float) -> str | None:
     """The comparison of `loaded` in one format; None when nothing is comparable."""
-    from bench import collectives
-
     comps = report.compare(loaded.records, target)
     coll = collectives.tables(loaded.records)
     if not comps and not coll:
@@ -487,23 +515,27 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def cmd_collectives(args: argparse.Namespace) -> int:
-    from bench import collectives
-    from bench.spec import Engine
-
     try:
-        engines = [Engine(e) for e in (args.engines or [e.value for e in Engine])]
+        plan = collectives.Plan.parse(
+            engines=args.engines,
+            workers=args.workers,
+            sizes=args.sizes,
+            iters=args.iters,
+            threads=args.threads,
+            device=args.device,
+            timeout=args.timeout,
+        )
     except ValueError as exc:
-        print(f"error: {exc}; engines are: {', '.join(e.value for e in Engine)}", file=sys.stderr)
+        print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if not args.workers or min(args.workers) < 1 or args.iters < 1:
-        print("error: --workers must be >= 1 and --iters >= 1", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    extra = ["--iters", str(args.iters), "--threads", str(args.threads), "--device", args.device]
-    if args.sizes:
-        extra += ["--sizes", args.sizes]
+    if args.dry_run:
+        for argv in collectives.dry_run(plan, Path(args.results).resolve()):
+            print(shlex.join(argv))
+        print(f"# {len(plan.engines) * len(plan.workers)} cells", file=sys.stderr)
+        return 0
     try:
         statuses = collectives.run(
-            engines, args.workers, Path(args.results), timeout=args.timeout, extra=extra
+            plan.engines, plan.workers, Path(args.results), timeout=plan.timeout, extra=plan.extra()
         )
     except records.RecordsError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -7,6 +7,7 @@ record gets a failed/timeout record of kind "collective".
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 import uuid
@@ -22,6 +23,116 @@ from bench.spec import Engine
 from bench.sweep import _tail, run_launch
 
 FILE = "collectives.jsonl"
+DEFAULT_SIZES = launch.COLLECTIVE_SIZES
+
+
+def _ints(text: str, flag: str, least: int, example: str, many: bool = True) -> tuple[int, ...]:
+    """Integers >= least from a comma list (one integer unless `many`), or a ValueError."""
+    what = "integers, comma-separated" if many else "one integer"
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise ValueError(f"{flag} takes {what} (e.g. {flag} {example}), got {text!r}") from None
+    if not values or (len(values) > 1 and not many):
+        raise ValueError(f"{flag} takes {what} (e.g. {flag} {example}), got {text!r}")
+    if min(values) < least:
+        raise ValueError(f"{flag} must be >= {least}, got {text!r}")
+    return values
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """`bench collectives`' arguments, checked before any launch."""
+
+    engines: tuple[Engine, ...]
+    workers: tuple[int, ...]
+    sizes: tuple[int, ...]
+    iters: int
+    threads: int
+    device: str
+    timeout: float
+
+    @classmethod
+    def parse(
+        cls,
+        *,
+        engines: str,
+        workers: str,
+        sizes: str,
+        iters: str,
+        threads: str,
+        device: str,
+        timeout: str,
+    ) -> Plan:
+        """Parse the command-line strings; a ValueError's message names the bad argument."""
+        names = [e.strip() for e in engines.split(",") if e.strip()]
+        known = [e.value for e in Engine]
+        unknown = [e for e in names if e not in known]
+        if unknown or not names:
+            raise ValueError(
+                f"--engines: unknown engine(s) {', '.join(unknown) or '(none given)'}; "
+                f"choose from {','.join(known)}"
+            )
+        byte_sizes = _ints(sizes, "--sizes", 4, "4096,1048576")
+        odd = [n for n in byte_sizes if n % 4]
+        if odd:
+            raise ValueError(f"--sizes are bytes of float32 data, so multiples of 4; got {odd[0]}")
+        try:
+            seconds = float(timeout)
+        except ValueError:
+            seconds = float("nan")
+        if not seconds > 0:  # also refuses nan
+            raise ValueError(f"--timeout takes seconds > 0, got {timeout!r}")
+        return cls(
+            engines=tuple(Engine(e) for e in names),
+            workers=_ints(workers, "--workers", 1, "1,2"),
+            sizes=byte_sizes,
+            iters=_ints(iters, "--iters", 1, "20", many=False)[0],
+            threads=_ints(threads, "--threads", 1, "1", many=False)[0],
+            device=device,
+            timeout=seconds,
+        )
+
+    def extra(self) -> list[str]:
+        """The arguments every cell's runners/collectives.py gets."""
+        return [
+            "--iters",
+            str(self.iters),
+            "--threads",
+            str(self.threads),
+            "--device",
+            self.device,
+            "--sizes",
+            ",".join(map(str, self.sizes)),
+        ]
+
+
+def _argv(
+    engine: Engine, w: int, target: Path, extra: Sequence[str], attempt: str, log_dir: Path
+) -> list[str]:
+    args = [
+        "--engine",
+        engine.value,
+        "--results",
+        str(target.parent),
+        *extra,
+        "--label",
+        f"attempt={attempt}",
+        "--label",
+        f"log_dir={log_dir}",
+    ]
+    return launch.launch_argv(engine, w, args, log_dir=log_dir, script=launch.COLLECTIVES_SCRIPT)
+
+
+def dry_run(plan: Plan, results: Path) -> list[list[str]]:
+    """The launch command of every cell, in order, without running or writing anything."""
+    target = records.results_file(results).parent / FILE
+    run_dir = target.parent / "runs" / "collectives-DRY-RUN"
+    return [
+        _argv(engine, w, target, plan.extra(), "DRY-RUN", run_dir / f"{engine.value}-np{w}")
+        for w in plan.workers
+        for engine in plan.engines
+    ]
 
 
 def _fmt_bytes(n: int) -> str:
@@ -49,20 +160,7 @@ def run(
             attempt = uuid.uuid4().hex
             log_dir = run_dir / f"{engine.value}-np{w}"
             log_dir.mkdir(parents=True, exist_ok=True)
-            args = [
-                "--engine",
-                engine.value,
-                "--results",
-                str(target.parent),
-                *extra,
-                "--label",
-                f"attempt={attempt}",
-                "--label",
-                f"log_dir={log_dir}",
-            ]
-            argv = launch.launch_argv(
-                engine, w, args, log_dir=log_dir, script=launch.COLLECTIVES_SCRIPT
-            )
+            argv = _argv(engine, w, target, extra, attempt, log_dir)
             print(f"collectives: {engine.value} np={w} ...", end="", file=out, flush=True)
             status, error, seconds = run_launch(argv, log_dir / "launcher.log", timeout)
             written = records.by_label(target, "attempt", attempt)

@@ -56,7 +56,12 @@ def to_pytest_benchmark(recs: list[dict[str, Any]]) -> dict[str, Any]:
         spec = r.get("spec") or {}
         if not spec.get("grad_sync", True):
             continue
-        cells.setdefault((report._group_key(spec), r["engine"], int(r["world_size"])), []).append(r)
+        env = r.get("env") or {}
+        # one benchmark never pools machines or library versions (as in `bench compare`)
+        key = report._group_key(
+            spec, benv.machine_key(env), json.dumps(env.get("libraries", {}), sort_keys=True)
+        )
+        cells.setdefault((key, r["engine"], int(r["world_size"])), []).append(r)
     benchmarks = []
     for (group, engine, workers), runs in sorted(cells.items()):
         steps = np.concatenate(
@@ -79,6 +84,7 @@ def to_pytest_benchmark(recs: list[dict[str, Any]]) -> dict[str, Any]:
                     "global_batch": runs[0].get("global_batch"),
                     "samples_per_s_median": float(np.median([r["throughput"] for r in runs])),
                     "versions": (runs[0].get("env") or {}).get("libraries", {}),
+                    "machine": benv.machine_key(runs[0].get("env") or {}),
                     "records": [r.get("_source") for r in runs],
                 },
                 "options": {
@@ -106,7 +112,7 @@ def to_pytest_benchmark(recs: list[dict[str, Any]]) -> dict[str, Any]:
             "dirty": (env.get("git") or {}).get("dirty"),
         },
         "benchmarks": benchmarks,
-        "datetime": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "datetime": datetime.datetime.now(datetime.UTC).isoformat(),
         "version": FORMAT_VERSION,
     }
 

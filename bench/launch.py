@@ -21,6 +21,8 @@ RUNNER_SCRIPTS = {
     Engine.PADDLE: ROOT / "runners" / "paddle_dp.py",
 }
 COLLECTIVES_SCRIPT = ROOT / "runners" / "collectives.py"
+# Message sizes runners/collectives.py times by default: 4 KiB .. 64 MiB, x4.
+COLLECTIVE_SIZES = [4 * 1024 * 4**i for i in range(8)]
 
 
 class LaunchError(RuntimeError):

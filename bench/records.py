@@ -76,7 +76,7 @@ def new_record(
     return {
         "schema_version": SCHEMA_VERSION,
         "run_id": uuid.uuid4().hex,
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "status": status,
         "error": error,
         "engine": engine,

@@ -20,13 +20,13 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 import typing
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-import tomllib
 import yaml
 
 import models

@@ -12,9 +12,9 @@ import numpy as np
 
 from bench import env as benv
 from bench import records
+from bench.launch import COLLECTIVE_SIZES as DEFAULT_SIZES
 from bench.spec import Device, Engine, RunSpec
 
-DEFAULT_SIZES = [4 * 1024 * 4**i for i in range(8)]  # 4 KiB .. 64 MiB
 COLLECTIVES_FILE = "collectives.jsonl"
 
 
@@ -35,7 +35,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--iters", type=int, default=20, help="timed iterations per size")
     p.add_argument("--warmup", type=int, default=5, help="untimed iterations per size")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--device", choices=[d.value for d in Device], default="cpu")
+    p.add_argument(
+        "--device",
+        choices=[d.value for d in Device],
+        default="auto",
+        help="auto: cuda where a CUDA GPU is visible, else cpu (as the training runners)",
+    )
     p.add_argument("--results", default="results", help="results directory")
     p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
     return p
@@ -97,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "iters": args.iters,
         "warmup": args.warmup,
         "threads": args.threads,
-        "device": args.device,
+        "device": spec.device.value,  # auto resolved
     }
     record = records.new_record(
         spec_data, engine.value, adapter.world_size, _labels(args.label), _launcher()

@@ -42,9 +42,12 @@ if [ ! -x .venv/bin/python ]; then
 fi
 vpy=.venv/bin/python
 pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
+# Exact versions for every install (constraints.txt says how it is made); the GPU wheels
+# from other indexes are the exception, since those indexes carry other version sets.
+pin=(-c "$root/constraints.txt")
 
 stamp=.venv/.bench-setup
-want="torch=$TORCH_VERSION paddle=$PADDLE_VERSION horovod=$HOROVOD_VERSION-$HOROVOD_PATCHES gpu=$GPU pyproject=$(sha1sum pyproject.toml | cut -c1-12)"
+want="torch=$TORCH_VERSION paddle=$PADDLE_VERSION horovod=$HOROVOD_VERSION-$HOROVOD_PATCHES gpu=$GPU pyproject=$(sha1sum pyproject.toml | cut -c1-12) constraints=$(sha1sum constraints.txt | cut -c1-12)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
     echo "setup: .venv is up to date ($want)"
     exit 0
@@ -63,11 +66,11 @@ if [ "$GPU" = 1 ]; then
     "${pip[@]}" install "paddlepaddle-gpu==$PADDLE_VERSION" \
         -i "${BENCH_PADDLE_INDEX:-https://www.paddlepaddle.org.cn/packages/stable/cu126/}"
 else
-    "${pip[@]}" install "torch==$TORCH_VERSION"
-    "${pip[@]}" install "paddlepaddle==$PADDLE_VERSION"
+    "${pip[@]}" install "${pin[@]}" "torch==$TORCH_VERSION"
+    "${pip[@]}" install "${pin[@]}" "paddlepaddle==$PADDLE_VERSION"
 fi
 # Horovod's build needs these in the environment (it runs without isolation).
-"${pip[@]}" install "cmake<4" packaging wheel setuptools
+"${pip[@]}" install "${pin[@]}" "cmake<4" packaging wheel setuptools
 
 torch_v=$($vpy -c 'import torch; print(torch.__version__.split("+")[0])')
 py_v=$($vpy -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
@@ -101,11 +104,15 @@ if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
     "${pip[@]}" wheel --no-build-isolation --no-deps "$src" -w "$wheel_dir.tmp"
     rm -rf "$wheel_dir" && mv "$wheel_dir.tmp" "$wheel_dir"
 fi
-"${pip[@]}" install --no-deps --force-reinstall "$wheel_dir"/horovod-*.whl
+"${pip[@]}" install "${pin[@]}" --no-deps --force-reinstall "$wheel_dir"/horovod-*.whl
 # Horovod's runtime dependencies (the wheel was installed without them).
-"${pip[@]}" install cffi cloudpickle psutil pyyaml
+"${pip[@]}" install "${pin[@]}" cffi cloudpickle psutil pyyaml
 
-if [ "$GPU" = 1 ]; then "${pip[@]}" install -e ".[dev]"; else "${pip[@]}" install -e ".[dev,paddle]"; fi
+if [ "$GPU" = 1 ]; then
+    "${pip[@]}" install "${pin[@]}" -e ".[dev]"
+else
+    "${pip[@]}" install "${pin[@]}" -e ".[dev,paddle]"
+fi
 "${pip[@]}" check
 .venv/bin/horovodrun --check-build | grep -E '\[X\] (PyTorch|Gloo)' >/dev/null || {
     .venv/bin/horovodrun --check-build >&2

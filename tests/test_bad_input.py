@@ -165,3 +165,26 @@ def test_missing_launcher_is_refused_before_launching(monkeypatch: pytest.Monkey
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(SweepError, match=r"horovodrun not found.*scripts/setup.sh"):
         check_engines([Engine.HOROVOD], python="/nonexistent/python")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--model", "lenet"],
+            "bench run takes --models (a comma list, e.g. --models lenet), not --model",
+        ),
+        (["--dataset", "synthetic"], "takes --datasets (a comma list, e.g. --datasets synthetic)"),
+    ],
+)
+def test_bench_run_refuses_single_model_and_dataset(
+    args: list[str], message: str, tmp_path: Path
+) -> None:
+    """The runners' --model/--dataset would be overridden by the sweep's lists: refused."""
+    proc = _bench("run", *args, "--dry-run", "--results", str(tmp_path))
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    cfg = tmp_path / "sweep.toml"
+    cfg.write_text('engines = ["ddp"]\n[spec]\nmodel = "lenet"\n')
+    proc = _bench("run", "--config", str(cfg), "--dry-run", "--results", str(tmp_path))
+    assert proc.returncode == 2
+    assert 'set per cell by the sweep; write `models = ["lenet"]` at the top level' in proc.stderr

@@ -71,8 +71,63 @@ def test_real_allreduce_benchmark_for_every_engine(tmp_path: Path) -> None:
     assert sorted(r["engine"] for r in recs) == ["ddp", "horovod", "paddle"]
     for r in recs:
         assert r["status"] == "ok" and r["world_size"] == 2
+        assert r["spec"]["device"] in ("cpu", "cuda")  # the default, auto, as resolved
         assert [row["bytes"] for row in r["results"]] == [4096, 1048576]
         for row in r["results"]:
             assert row["latency_s"] > 0
             assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"])  # factor 1 at n=2
     assert "horovod np2" in proc.stdout and "1 MiB" in proc.stdout
+
+
+def _collectives(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bench.cli", "collectives", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--sizes", "4KiB"],
+            "--sizes takes integers, comma-separated (e.g. --sizes 4096,1048576)",
+        ),
+        (["--sizes", "4096,6"], "multiples of 4; got 6"),
+        (["--sizes", "0"], "--sizes must be >= 4"),
+        (["--engines", "ddp,mpi"], "unknown engine(s) mpi; choose from horovod,ddp,paddle"),
+        (["--workers", "0"], "--workers must be >= 1"),
+        (["--iters", "1,2"], "--iters takes one integer"),
+        (["--timeout", "-1"], "--timeout takes seconds > 0"),
+    ],
+)
+def test_arguments_are_checked_before_launch(args: list[str], message: str, tmp_path: Path) -> None:
+    proc = _collectives(*args, "--results", str(tmp_path / "r"))
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1  # one line, no usage or traceback
+    assert message in proc.stderr
+    assert not (tmp_path / "r").exists()  # nothing launched, nothing written
+
+
+def test_dry_run_and_defaults(tmp_path: Path) -> None:
+    proc = _collectives(
+        "--dry-run",
+        "--engines",
+        "ddp,horovod",
+        "--workers",
+        "1,2",
+        "--results",
+        str(tmp_path / "r"),
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 4 and "# 4 cells" in proc.stderr
+    assert all("runners/collectives.py" in ln and "--device auto" in ln for ln in lines)
+    assert "--sizes 4096,16384,65536,262144,1048576,4194304,16777216,67108864" in lines[0]
+    assert not (tmp_path / "r").exists()
+    help_text = _collectives("--help").stdout
+    for default in ("(default: 2)", "(default: 20)", "(default: auto)", "(default: 300)"):
+        assert default in help_text

@@ -153,6 +153,17 @@ def test_export_is_read_by_pytest_benchmark(tmp_path: Path) -> None:
     )
     assert cmp_.returncode == 0, cmp_.stderr
     assert "train_step[mlp-digits-ddp-np2]" in cmp_.stdout
+    # ... and draws its histogram with the dev extras' pygal, out of the box
+    hist = subprocess.run(
+        [sys.executable, "-m", "pytest_benchmark", "compare", str(out), "--histogram", "h"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert hist.returncode == 0, hist.stderr
+    svgs = list(tmp_path.glob("h-*.svg"))
+    assert len(svgs) == 1 and "<svg" in svgs[0].read_text()
 
 
 def _bench_compare(*args: str) -> subprocess.CompletedProcess[str]:

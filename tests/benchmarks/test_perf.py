@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_info, threadpool_limits
 
 import models
 from bench import data, env, records, report
@@ -26,13 +27,25 @@ GOLDEN = Path(__file__).parent.parent / "data" / "golden.jsonl"
 
 
 def test_calibration(benchmark: Any) -> None:
-    """A fixed numpy workload: divide other medians by this one to compare across machines."""
+    """A fixed numpy workload: divide other medians by this one to compare across machines.
+
+    Pinned to one BLAS thread: with the machine's default, the matmul's time depends on
+    how many cores happen to be free, which is what a calibration point must not measure.
+    """
     rng = np.random.default_rng(0)
     a = rng.standard_normal((256, 256)).astype(np.float32)
-    benchmark.extra_info.update(
-        {"engine": "numpy", "model": "matmul256", "versions": env.library_versions()}
-    )
-    benchmark(lambda: a @ a)
+    with threadpool_limits(limits=1):
+        blas = [p for p in threadpool_info() if p["user_api"] == "blas"]
+        assert blas and all(p["num_threads"] == 1 for p in blas), blas
+        benchmark.extra_info.update(
+            {
+                "engine": "numpy",
+                "model": "matmul256",
+                "versions": env.library_versions(),
+                "blas_threads": 1,
+            }
+        )
+        benchmark(lambda: a @ a)
 
 
 @pytest.fixture(scope="module", params=[e.value for e in Engine])
