@@ -327,8 +327,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def render_compare(loaded: records.Loaded, fmt: str, target: float) -> str | None:
-    """The comparison of `loaded` in one format; None when nothing is comparable."""
+def render_compare(
+    loaded: records.Loaded, fmt: str, target: float, figures: list[bytes] | None = None
+) -> str | None:
+    """The comparison of `loaded` in one format; None when nothing is comparable.
+
+    For html, the figures' PNG bytes are appended to `figures` when it is given.
+    """
     comps = report.compare(loaded.records, target)
     coll = collectives.tables(loaded.records)
     if not comps and not coll:
@@ -336,7 +341,10 @@ def render_compare(loaded: records.Loaded, fmt: str, target: float) -> str | Non
     if fmt == "html":
         from bench import html
 
-        return html.render(loaded.records, loaded.problems, target)
+        page = html.build(loaded.records, loaded.problems, target)
+        if figures is not None:
+            figures.extend(page.figures)
+        return page.html
     out: list[str] = []
     if fmt == "json":
         data = [
@@ -387,7 +395,8 @@ def _print_compare(
 ) -> int:
     loaded = records.load(paths)
     _report_skipped(loaded)
-    text = render_compare(loaded, fmt, target)
+    figures: list[bytes] = []
+    text = render_compare(loaded, fmt, target, figures)
     if text is None:
         print(
             f"no readable records under {', '.join(paths)}; run `bench run` or a runner first",
@@ -399,11 +408,8 @@ def _print_compare(
         try:
             target_file.parent.mkdir(parents=True, exist_ok=True)
             target_file.write_text(text)
-            if fmt == "html":
-                from bench import html
-
-                for i, png in enumerate(html.FIGURES, start=1):
-                    (target_file.parent / f"figure-{i}.png").write_bytes(png)
+            for i, png in enumerate(figures, start=1):
+                (target_file.parent / f"figure-{i}.png").write_bytes(png)
         except OSError as exc:
             print(f"error: cannot write {target_file}: {exc.strerror}", file=sys.stderr)
             return EXIT_BAD_INPUT

@@ -43,6 +43,10 @@ class Comparison:
     machine: str = "?"
     libraries: str = ""
     run_ids: list[str] = dataclasses.field(default_factory=list)
+    # The numbers behind the tables' intervals, for plots: one row per (engine, workers,
+    # metric) with value, low, high (None without an interval). Metrics: samples/s,
+    # efficiency, twin samples/s (the compute-only twin), vs fastest.
+    intervals: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
 
     @property
     def frame(self) -> pd.DataFrame:
@@ -184,7 +188,24 @@ def _ok(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["status"] == records.Status.OK]
 
 
-def _throughput_rows(gdf: pd.DataFrame, twins: pd.DataFrame) -> pd.DataFrame:
+def _keep(
+    iv: list[dict[str, Any]], engine: str, workers: int, metric: str, est: stats.Estimate
+) -> None:
+    iv.append(
+        {
+            "engine": engine,
+            "workers": int(workers),
+            "metric": metric,
+            "value": est.value,
+            "low": est.low,
+            "high": est.high,
+        }
+    )
+
+
+def _throughput_rows(
+    gdf: pd.DataFrame, twins: pd.DataFrame, iv: list[dict[str, Any]]
+) -> pd.DataFrame:
     ok = _ok(gdf)
     rows = []
     for (engine, workers), cell in gdf.groupby(["engine", "workers"]):
@@ -204,16 +225,25 @@ def _throughput_rows(gdf: pd.DataFrame, twins: pd.DataFrame) -> pd.DataFrame:
             tp = good["throughput"].tolist()
             est = stats.bootstrap(tp)
             row["samples/s"], row["95% CI"] = est.value, _interval(est, ",.0f")
+            _keep(iv, engine, workers, "samples/s", est)
             # multi-node variants scale from the same engine's one worker
             single = cell["single_node_engine"].iloc[0]
             base = ok[(ok["engine"] == single) & (ok["workers"] == 1)]["throughput"].tolist()
             if base:
                 eff = stats.bootstrap_ratio(tp, base, float(workers))
                 row["efficiency"], row["eff. 95% CI"] = eff.value, _interval(eff, ".2f")
+                _keep(iv, engine, workers, "efficiency", eff)
             nosync = _ok(twins[(twins["engine"] == engine) & (twins["workers"] == workers)])
             if workers > 1 and len(nosync):
                 # share of the compute-only throughput lost to unhidden communication
                 ratio = stats.bootstrap_ratio(tp, nosync["throughput"].tolist())
+                _keep(
+                    iv,
+                    engine,
+                    workers,
+                    "twin samples/s",
+                    stats.bootstrap(nosync["throughput"].tolist()),
+                )
                 share = f"{1 - ratio.value:.0%}"
                 if ratio.low is not None and ratio.high is not None:
                     share += f" [{1 - ratio.high:.0%}, {1 - ratio.low:.0%}]"
@@ -302,13 +332,14 @@ def _accuracy_rows(gdf: pd.DataFrame, target: float) -> pd.DataFrame:
     )
 
 
-def _head_to_head_rows(gdf: pd.DataFrame) -> pd.DataFrame:
+def _head_to_head_rows(gdf: pd.DataFrame, iv: list[dict[str, Any]]) -> pd.DataFrame:
     rows = []
     for workers, same_w in _ok(gdf).groupby("workers"):
         by_engine = {e: g["throughput"].tolist() for e, g in same_w.groupby("engine")}
         best = max(by_engine, key=lambda e: float(np.median(by_engine[e])))
         for engine, tp in sorted(by_engine.items()):
             est = stats.bootstrap_ratio(tp, by_engine[best])
+            _keep(iv, engine, workers, "vs fastest", est)
             if engine == best:
                 verdict = "fastest"
             elif est.high is None:
@@ -386,11 +417,12 @@ def compare(recs: list[dict[str, Any]], target: float = DEFAULT_TARGET) -> list[
     twins_all = df[~df["grad_sync"].astype(bool)]
     for group, gdf in synced.groupby("group", sort=False):
         twins = twins_all[twins_all["group"] == gdf["twin_group"].iloc[0]]
+        iv: list[dict[str, Any]] = []
         sections = {
-            "throughput": _throughput_rows(gdf, twins),
+            "throughput": _throughput_rows(gdf, twins, iv),
             "per rank": _rank_rows(gdf),
             "accuracy": _accuracy_rows(gdf, target),
-            "head to head": _head_to_head_rows(gdf),
+            "head to head": _head_to_head_rows(gdf, iv),
         }
         _flag_oversubscribed(sections, gdf)
         notes = _notes(gdf)
@@ -405,6 +437,7 @@ def compare(recs: list[dict[str, Any]], target: float = DEFAULT_TARGET) -> list[
                 machine=str(gdf["machine"].iloc[0]),
                 libraries=libraries_text(json.loads(gdf["libraries"].iloc[0])),
                 run_ids=[str(x) for x in pd.concat([gdf["run_id"], twins["run_id"]])],
+                intervals=pd.DataFrame(iv),
             )
         )
     return sorted(out, key=lambda c: (c.title, c.machine, c.libraries))

@@ -9,10 +9,11 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from bench import html, records
+from bench import html, records, report
 from tests.conftest import ROOT
 
 GOLDEN = Path(__file__).parent / "data" / "golden.jsonl"
@@ -26,6 +27,20 @@ COLLECTIVE = {
         for i in range(4)
     ],
 }
+
+
+def _rich() -> list[dict[str, Any]]:
+    """Golden records plus what real runs carry: step losses, samples seen, a Horovod timeline."""
+    recs = copy.deepcopy(records.load([GOLDEN]).records)
+    for r in recs:
+        w = r["world_size"]
+        r["global_batch"] = 32 * w
+        r["step_losses"] = [2.0 / (1 + 0.1 * i) for i in range(40 // w)]
+        for i, e in enumerate(r.get("epochs") or []):
+            e["samples_seen"] = (i + 1) * 640
+        if r["engine"] == "horovod" and r["status"] == "ok":
+            r["timeline"] = {"per_step_ms": {"negotiation": 2.0, "allreduce": 6.0 * w, "wait": 1.0}}
+    return [*recs, COLLECTIVE]
 
 
 def _report(tmp_path: Path) -> Path:
@@ -109,3 +124,133 @@ def test_report_renders_with_every_plot_in_chromium(tmp_path: Path) -> None:
     assert loaded and total, body.group(0)
     assert int(total.group(1)) >= 4  # throughput/efficiency, curves, step spread, collectives
     assert loaded.group(1) == total.group(1)  # every plot decoded and has a size
+
+
+CAPTIONS = [
+    "throughput and scaling efficiency: medians with 95% bootstrap intervals as error bars",
+    "training loss against samples seen",
+    "communication cost: throughput of each multi-worker cell and of its grad_sync=false twin",
+    "head to head: each engine's throughput relative to the fastest",
+    "time to 95% test accuracy",
+    "Horovod timeline breakdown per step",
+    "per-rank step times",
+    "allreduce bus bandwidth by message size",
+]
+
+
+def test_every_figure_is_drawn_in_order_and_written_by_out(tmp_path: Path) -> None:
+    page = html.build(_rich())
+    shown = re.findall(r"<figcaption>([^<]*)</figcaption>", page.html)
+    assert len(shown) == len(CAPTIONS) == len(page.figures)
+    for caption, wanted in zip(shown, CAPTIONS, strict=True):
+        assert caption.startswith(wanted.replace("'", "&#x27;")), caption
+    assert all(png.startswith(b"\x89PNG") for png in page.figures)
+    # no module-level state: a second report does not see the first one's figures
+    assert len(html.build(records.load([GOLDEN]).records).figures) < len(page.figures)
+    # --out writes one figure-N.png per figure
+    out = _report(tmp_path).parent
+    pngs = sorted(out.glob("figure-*.png"))
+    assert len(pngs) == len(re.findall("<figcaption>", (out / "report.html").read_text()))
+
+
+def _drawn(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Every figure of the rich report, by caption, before it is turned into a PNG."""
+    drawn: dict[str, Any] = {}
+    add = html._Figures.add
+
+    def keep(self: html._Figures, fig: Any, caption: str) -> str:
+        drawn[caption] = [
+            {
+                "ylim": ax.get_ylim(),
+                "xlim": ax.get_xlim(),
+                "errorbars": sum(type(c).__name__ == "ErrorbarContainer" for c in ax.containers),
+                "lines": [
+                    (
+                        str(line.get_label()),
+                        line.get_color(),
+                        line.get_linestyle(),
+                        line.get_marker(),
+                    )
+                    for line in ax.get_lines()
+                    if not str(line.get_label()).startswith("_")
+                ],
+                "patches": [(str(p.get_label()), p.get_facecolor()) for p in ax.patches],
+            }
+            for ax in fig.axes
+        ]
+        return add(self, fig, caption)
+
+    monkeypatch.setattr(html._Figures, "add", keep)
+    html.build(_rich())
+    return drawn
+
+
+def _one(drawn: dict[str, Any], start: str) -> Any:
+    return next(v for k, v in drawn.items() if k.startswith(start))
+
+
+def test_intervals_are_error_bars_on_axes_from_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    drawn = _drawn(monkeypatch)
+    tp, eff = _one(drawn, "throughput and scaling efficiency")
+    # one error bar series per engine with ok runs (ddp, horovod; paddle np=2 timed out)
+    assert tp["errorbars"] == 2 and eff["errorbars"] == 2
+    assert tp["ylim"][0] == 0 and eff["ylim"][0] == 0
+    (h2h,) = _one(drawn, "head to head")
+    assert h2h["errorbars"] == 4 and h2h["xlim"][0] == 0
+    (comm,) = _one(drawn, "communication cost")
+    assert comm["errorbars"] == 2 and comm["ylim"][0] == 0  # ddp np=2 real and twin
+
+
+def test_one_colour_per_engine_and_coinciding_curves_stay_visible(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from matplotlib.colors import to_hex
+
+    drawn = _drawn(monkeypatch)
+    colours: dict[str, set[str]] = {}
+    for axes in drawn.values():
+        for ax in axes:
+            for label, colour, _, _ in ax["lines"]:
+                engine = label.split(" ")[0]
+                if engine in html.ENGINE_COLOURS:
+                    colours.setdefault(engine, set()).add(to_hex(colour))
+    assert colours == {e: {c} for e, c in html.ENGINE_COLOURS.items() if e in colours}
+    assert set(colours) == {"ddp", "horovod"}
+    # the golden losses are identical for every engine: they must differ in dash and marker
+    loss_np1 = _one(drawn, "training loss against samples seen")[0]["lines"]
+    assert len(loss_np1) == 2
+    assert len({(ls, marker) for _, _, ls, marker in loss_np1}) == 2
+
+
+def test_comparisons_name_their_machine_in_the_page() -> None:
+    recs = records.load([GOLDEN]).records
+    other = [{**r, "env": {**r["env"], "cpu": "Other CPU"}} for r in recs]
+    page = html.render(recs + other)
+    assert "<b>machine:</b> Golden CPU x2 | torch 2.13.0" in page
+    assert "<b>machine:</b> Other CPU x2 | torch 2.13.0" in page
+    assert len(report.compare(recs + other)) == 2
+
+
+def test_screenshot_in_chromium(tmp_path: Path) -> None:
+    """A real browser draws the page; the screenshot is kept for a person to look at."""
+    browser = _chromium()
+    page = tmp_path / "report.html"
+    page.write_text(html.render(_rich()))
+    shot = tmp_path / "report.png"
+    proc = subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--window-size=1280,7000",
+            f"--screenshot={shot}",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shot.is_file() and shot.stat().st_size > 50_000, proc.stderr[-2000:]
