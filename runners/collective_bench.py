@@ -12,8 +12,9 @@ import numpy as np
 
 from bench import env as benv
 from bench import records
+from bench.checks import InputError
 from bench.launch import COLLECTIVE_SIZES as DEFAULT_SIZES
-from bench.spec import Device, Engine, RunSpec
+from bench.spec import Device, Engine, RunSpec, SpecError
 
 COLLECTIVES_FILE = "collectives.jsonl"
 
@@ -94,7 +95,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     spec = RunSpec(threads=args.threads, device=Device(args.device))
     benv.set_thread_env(spec.threads)
     adapter = _load_adapter(engine)(spec)
-    adapter.init()
+    try:
+        adapter.init()
+    except (SpecError, InputError) as exc:  # e.g. a contradicting HOROVOD_FUSION_THRESHOLD
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     spec_data = {
         "op": "allreduce",
         "dtype": "float32",
