@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from bench import env as benv
 from bench import records
 from bench.spec import Engine
 from tests.conftest import ROOT, run_direct, run_engine
@@ -111,8 +112,8 @@ def _bench(*args: str) -> subprocess.CompletedProcess[str]:
         ),
         (["--workers", "0"], "workers must be integers >= 1"),
         (
-            ["--workers", str((os.cpu_count() or 1) + 1), "--batch-size", "4"],
-            "exceed this machine's",
+            ["--workers", str(benv.usable_cpus() + 1), "--batch-size", "4"],
+            f"exceed the {benv.usable_cpus()} CPUs this process may use",
         ),
         (["--models", "vgg"], "unknown model 'vgg'"),
         (["--repeats", "0"], "repeats must be an integer >= 1"),
