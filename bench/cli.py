@@ -482,8 +482,8 @@ def _diff(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     if args.format == "html":  # refused, not silently ignored
         print(
-            "error: --format html draws one set's tables; BASE NEW writes text, markdown, csv "
-            "or json (or add --tables for one HTML report over both)",
+            "error: --format html draws one set's tables; --base/--new writes text, markdown, "
+            "csv or json (one HTML report over both: bench compare BASE NEW --format html)",
             file=sys.stderr,
         )
         return EXIT_BAD_INPUT

@@ -397,10 +397,22 @@ def test_compare_base_new_writes_its_out_file_or_refuses(tmp_path: Path) -> None
         (tmp_path / name).mkdir()
         shutil.copy(GOLDEN, tmp_path / name / "runs.jsonl")
     base, new = str(tmp_path / "base"), str(tmp_path / "new")
-    html = _bench("compare", base, new, "--format", "html", "--out", str(tmp_path / "h"))
+    html = _bench(
+        "compare", "--base", base, "--new", new, "--format", "html", "--out", str(tmp_path / "h")
+    )
     _one_line_error(html, "--format html draws one set's tables")
     assert not (tmp_path / "h").exists()
-    md = _bench("compare", base, new, "--format", "markdown", "--out", str(tmp_path / "m"))
+    md = _bench(
+        "compare",
+        "--base",
+        base,
+        "--new",
+        new,
+        "--format",
+        "markdown",
+        "--out",
+        str(tmp_path / "m"),
+    )
     assert md.returncode == 0, md.stderr
     written = (tmp_path / "m" / "diff.md").read_text()
     assert written.startswith("| comparison") and written.strip() == md.stdout.strip()
