@@ -63,10 +63,11 @@ def to_pytest_benchmark(recs: list[dict[str, Any]]) -> dict[str, Any]:
             [np.asarray(r["step_times_s"], dtype=float).max(axis=0) for r in runs]
         )
         spec = runs[0]["spec"]
-        name = f"train_step[{spec['model']}-{spec['dataset']}-{engine}-np{workers}]"
+        model, dataset = spec.get("model", "?"), spec.get("dataset", "?")
+        name = f"train_step[{model}-{dataset}-{engine}-np{workers}]"
         benchmarks.append(
             {
-                "group": f"{spec['model']}/{spec['dataset']} ({group})",
+                "group": f"{model}/{dataset} ({group})",
                 "name": name,
                 "fullname": f"bench::{group}::{name}",
                 "params": {"engine": engine, "workers": workers},
@@ -74,8 +75,8 @@ def to_pytest_benchmark(recs: list[dict[str, Any]]) -> dict[str, Any]:
                 "extra_info": {
                     "engine": engine,
                     "workers": workers,
-                    "model": spec["model"],
-                    "dataset": spec["dataset"],
+                    "model": model,
+                    "dataset": dataset,
                     "global_batch": runs[0].get("global_batch"),
                     "samples_per_s_median": float(np.median([r["throughput"] for r in runs])),
                     "versions": (runs[0].get("env") or {}).get("libraries", {}),

@@ -22,12 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from bench import env as benv
+from bench import schema
 
 SCHEMA_VERSION = 1
 DEFAULT_FILE = "runs.jsonl"
 
-# Fields every record must have, whatever its status.
-REQUIRED = ("schema_version", "run_id", "status", "engine", "spec", "world_size")
+# Fields every record must have, whatever its status (the full table: bench/schema.py).
+REQUIRED = tuple(k for k, f in schema.SCHEMAS[SCHEMA_VERSION].items() if "*" in f.required)
 
 
 class Status:
@@ -35,6 +36,7 @@ class Status:
     FAILED = "failed"
     TIMEOUT = "timeout"
     DIVERGED = "diverged"  # a loss became NaN/inf; the record says at which step
+    UNAVAILABLE = "unavailable"  # the engine is not installed on this machine
 
 
 class RecordsError(OSError):
@@ -241,10 +243,21 @@ def _parse(path: Path, number: int, raw: bytes) -> dict[str, Any] | Problem:
     missing = [k for k in REQUIRED if k not in record]
     if missing:
         return Problem(str(path), number, f"missing field(s): {', '.join(missing)}")
+    # Checked against its own version's schema (so that migrations see the types they
+    # expect), then against this version's after migrating: a record of the wrong shape
+    # is skipped here with its field named, never passed on to crash a report.
+    version = record["schema_version"]
+    if isinstance(version, int) and version in schema.SCHEMAS:
+        problem = schema.validate(record)
+        if problem:
+            return Problem(str(path), number, problem)
     try:
         record = migrate(record)
     except ValueError as exc:
         return Problem(str(path), number, str(exc))
+    problem = schema.validate(record)
+    if problem:
+        return Problem(str(path), number, problem)
     record["_source"] = f"{path}:{number}"
     return record
 
