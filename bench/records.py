@@ -83,7 +83,8 @@ def new_record(
         "spec": spec,
         "world_size": world_size,
         "labels": labels,
-        "launcher": launcher,
+        # argv as the launcher saw it, minus environment entries off the allow-list
+        "launcher": benv.scrub_launcher(launcher),
         "env": benv.environment(),
     }
 

@@ -583,13 +583,20 @@ def run_cell(
     nodes = cell_argv(cell, results, log_dir, labels, timeout, timeline, python)
     argvs = [n.argv for n in nodes]
     argv = argvs[0] if len(argvs) == 1 else argvs
-    _write_log(log_dir / "argv.json", json.dumps(argv, indent=1))
+    shown = [benv.scrub_argv(a) for a in argvs]  # no environment entries off the allow-list
+    _write_log(
+        log_dir / "argv.json", json.dumps(shown[0] if len(shown) == 1 else shown, indent=1)
+    )
     logs = [log_dir / "launcher.log"]
     if len(nodes) > 1:
         logs = [log_dir / f"launcher-{i}-{n.host.name}.log" for i, n in enumerate(nodes)]
     start = time.monotonic()
     try:
-        status, error, seconds = run_launches(argvs, logs, timeout)
+        try:
+            status, error, seconds = run_launches(argvs, logs, timeout)
+        finally:
+            # launchers echo the environment into their logs (paddle's envlog.N and more)
+            benv.scrub_log_dir(log_dir)
     except (KeyboardInterrupt, Interrupted) as exc:
         # The tree is already killed; the cell still leaves its record (unless the run
         # wrote one just before), so nothing that ran goes unrecorded.
