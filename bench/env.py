@@ -104,7 +104,53 @@ def git_info(root: Path | None = None) -> dict[str, Any]:
 
     commit = git("rev-parse", "HEAD")
     status = git("status", "--porcelain", "--untracked-files=no")
-    return {"commit": commit, "dirty": bool(status) if status is not None else None}
+    return {
+        "commit": commit,
+        "dirty": bool(status) if status is not None else None,
+        "branch": git("rev-parse", "--abbrev-ref", "HEAD"),
+        "commit_time": git("show", "-s", "--format=%cI", "HEAD"),
+    }
+
+
+_MACHINE: dict[str, Any] = {}
+
+
+def machine_info() -> dict[str, Any]:
+    """The machine in full: CPU (from py-cpuinfo when installed), cores, memory, kernel.
+
+    Without py-cpuinfo the CPU is the /proc/cpuinfo model string and the logical core
+    count; `cpu_source` says which. Read once per process (py-cpuinfo takes ~0.5 s);
+    the ever-changing current clock (hz_actual) is left out.
+    """
+    if not _MACHINE:
+        info: dict[str, Any] = {
+            "arch": platform.machine(),
+            "system": platform.system(),
+            "release": platform.release(),
+            "logical_cpus": os.cpu_count(),
+        }
+        try:
+            import psutil
+
+            info["physical_cpus"] = psutil.cpu_count(logical=False)
+            info["memory_bytes"] = psutil.virtual_memory().total
+        except Exception:  # psutil missing or /proc unreadable: those fields stay unknown
+            pass
+        try:
+            import cpuinfo  # py-cpuinfo, which pytest-benchmark also uses
+
+            raw = cpuinfo.get_cpu_info()
+            info["cpu"] = {
+                k: v
+                for k, v in raw.items()
+                if not k.startswith("hz_actual") and k not in ("python_version", "cpuinfo_version")
+            }
+            info["cpu_source"] = "py-cpuinfo"
+        except Exception:  # not installed, or it failed on this CPU: fall back
+            info["cpu"] = {"brand_raw": cpu_model(), "count": os.cpu_count()}
+            info["cpu_source"] = "/proc/cpuinfo"
+        _MACHINE.update(info)
+    return json.loads(json.dumps(_MACHINE))  # a copy callers may change
 
 
 def gpus() -> list[dict[str, str]]:
@@ -139,6 +185,7 @@ def environment() -> dict[str, Any]:
         "python": platform.python_version(),
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
+        "machine": machine_info(),
         "gpus": gpus(),
         "libraries": library_versions(),
         "git": git_info(),

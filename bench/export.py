@@ -94,17 +94,25 @@ def to_pytest_benchmark(recs: list[dict[str, Any]]) -> dict[str, Any]:
             }
         )
     env = (recs[0].get("env") or {}) if recs else {}
+    machine = env.get("machine") or {}
+    git = env.get("git") or {}
     return {
         "machine_info": {
             "node": env.get("hostname"),
             "processor": env.get("cpu"),
-            "cpu": {"brand_raw": env.get("cpu"), "count": env.get("cpu_count")},
+            # py-cpuinfo's own dict where the record has it, as pytest-benchmark stores
+            "cpu": machine.get("cpu")
+            or {"brand_raw": env.get("cpu"), "count": env.get("cpu_count")},
             "python_version": env.get("python"),
             "machine": benv.machine_key(env),
+            "system": machine.get("system"),
+            "release": machine.get("release"),
         },
         "commit_info": {
-            "id": (env.get("git") or {}).get("commit"),
-            "dirty": (env.get("git") or {}).get("dirty"),
+            "id": git.get("commit"),
+            "dirty": git.get("dirty"),
+            "branch": git.get("branch"),
+            "time": git.get("commit_time"),
         },
         "benchmarks": benchmarks,
         "datetime": datetime.datetime.now(datetime.timezone.utc).isoformat(),

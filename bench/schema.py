@@ -220,7 +220,9 @@ NUMS = ListOf(NUM)
 ARGV = ListOf(STR)
 # Labels: free-form KEY=VALUE from the command line; known numeric ones are numbers.
 LABEL_VALUE = OneOf(STR, NUM, BOOL)
-LABEL_TYPES: dict[str, Type] = {"repeat": COUNT}
+LABEL_NUMBERS: dict[str, type[int] | type[float]] = {"repeat": int, "launched_at": float}
+LABEL_TYPES: dict[str, Type] = {"repeat": COUNT, "launched_at": NUM}
+ISO_TIME = _Str(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?([+-]\d\d:\d\d|Z)", "an ISO-8601 time")
 
 SPEC = Obj(
     {
@@ -344,20 +346,26 @@ FIELDS_V1: dict[str, Field] = {
             }
         )
     ),
+    # A non-finite float is stored as null (records.finite); reports read ok records only,
+    # so only those must hold numbers throughout.
     "resources": Field(
         Obj(
             {
-                "peak_rss_mb": NUMS,
-                "cpu_utilisation": NUMS,
-                "peak_gpu_mb": Opt(NUMS),
+                "peak_rss_mb": ListOf(Opt(NUM)),
+                "cpu_utilisation": ListOf(Opt(NUM)),
+                "peak_gpu_mb": Opt(ListOf(Opt(NUM))),
             }
-        )
+        ),
+        when_ok=Obj({"peak_rss_mb": NUMS, "cpu_utilisation": NUMS, "peak_gpu_mb": Opt(NUMS)}),
     ),
     "input_pipeline": Field(
-        Obj({"ms_per_step": NUMS, "augmented": BOOL, "vs_step_time": Opt(NUM)})
+        Obj({"ms_per_step": ListOf(Opt(NUM)), "augmented": BOOL, "vs_step_time": Opt(NUM)}),
+        when_ok=Obj({"ms_per_step": NUMS, "augmented": BOOL, "vs_step_time": Opt(NUM)}),
     ),
+    "nonfinite_fields": Field(ListOf(STR)),
+    "diverged_at_step": Field(Opt(COUNT)),
     # Required (and so never null) in an ok training record: every report reads them.
-    "step_times_s": Field(ListOf(NUMS), _TRAIN_OK, ("train",), when_ok=Matrix()),
+    "step_times_s": Field(ListOf(ListOf(Opt(NUM))), _TRAIN_OK, ("train",), when_ok=Matrix()),
     "throughput": Field(Opt(NUM), _TRAIN_OK, ("train",), when_ok=NUM),
     "per_rank_throughput": Field(ListOf(Opt(NUM)), when_ok=NUMS),
     "loop_throughput": Field(Opt(NUM)),
@@ -370,7 +378,33 @@ FIELDS_V1: dict[str, Field] = {
     "saved": Field(MapOf(ANY)),
     "results": Field(ListOf(Obj({"bytes": COUNT, "busbw_gbps": NUM, "latency_s": NUM}))),
 }
-SCHEMAS: dict[int, dict[str, Field]] = {1: FIELDS_V1}
+# Version 2: wall times named for what they measure, timestamps, full machine info,
+# numbers as numbers (bench/records.py MIGRATIONS[1] turns a v1 record into this).
+FIELDS_V2: dict[str, Field] = {
+    k: v for k, v in FIELDS_V1.items() if k not in ("wall_time_s", "labels", "env", "epochs")
+}
+FIELDS_V2.update(
+    {
+        "labels": Field(MapOf(LABEL_VALUE)),
+        "env": Field(
+            Obj({**ENV.fields, "machine": Field(Obj({"cpu": MapOf(ANY), "cpu_source": STR}))})
+        ),
+        "epochs": Field(ListOf(Obj({**EPOCH.fields, "elapsed_s": Field(Opt(NUM))}))),
+        "knobs": Field(Obj({"cycle_time_ms": Opt(NUM)})),
+        # the runner's start (entry) and stop (record written), UTC
+        "run_start": Field(ISO_TIME),
+        "run_stop": Field(ISO_TIME),
+        # wall time of the training phase: first batch prepared to last result gathered
+        # (evaluation and input pipeline included; start-up and process groups not)
+        "training_wall_s": Field(Opt(NUM)),
+        # from the sweep's launch to the record written (label launched_at), runner side
+        "launch_to_stop_s": Field(Opt(NUM)),
+        # from the sweep's launch to the launcher's exit, in records the sweep writes
+        "launch_to_exit_s": Field(Opt(NUM)),
+    }
+)
+
+SCHEMAS: dict[int, dict[str, Field]] = {1: FIELDS_V1, 2: FIELDS_V2}
 
 
 def validate(record: Mapping[str, Any], version: int | None = None) -> str | None:

@@ -506,7 +506,7 @@ def cell_argv(
     cell: Cell,
     results: Path,
     log_dir: Path,
-    labels: dict[str, str],
+    labels: dict[str, Any],
     timeout: float,
     timeline: bool = False,
     python: str | None = None,
@@ -570,16 +570,18 @@ def run_cell(
         log_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise records.RecordsError(f"cannot create log folder {log_dir}: {exc.strerror}") from None
-    labels = {
+    labels: dict[str, Any] = {
         "cell": cell.key(env_key),
         "attempt": attempt,
         "sweep": sweep_id,
-        "repeat": str(cell.repeat),
+        "repeat": cell.repeat,
         "seed_mode": cell.seed_mode,
         "log_dir": str(log_dir),
     }
     if cell.cluster:
         labels["hosts"] = cell.hosts_label
+    # the runner's record measures launch-to-stop from it (on this machine's clock)
+    labels["launched_at"] = time.time()
     nodes = cell_argv(cell, results, log_dir, labels, timeout, timeline, python)
     argvs = [n.argv for n in nodes]
     argv = argvs[0] if len(argvs) == 1 else argvs
@@ -638,7 +640,7 @@ def run_cell(
         status=status,
         error=error,
     )
-    rec["wall_time_s"] = seconds
+    rec["launch_to_exit_s"] = seconds
     records.append(results, rec)
     return CellResult(cell, status, seconds, log_dir, error)
 

@@ -96,6 +96,15 @@ def test_a_secret_in_the_environment_reaches_no_record_log_or_report(
         "torchrun",
         "paddle.distributed.launch",
     }
+    for r in recs:  # schema 2's timing, machine and numbers, from real runners
+        assert r["schema_version"] == 2
+        assert r["run_start"] < r["run_stop"]
+        assert 0 < r["training_wall_s"] < r["launch_to_stop_s"]
+        assert r["labels"]["repeat"] == 0 and isinstance(r["labels"]["launched_at"], float)
+        assert r["env"]["machine"]["cpu"] and r["env"]["git"]["commit"]
+        assert all("elapsed_s" in e for e in r["epochs"])
+    hvd = next(r for r in recs if r["engine"] == "horovod")
+    assert hvd["knobs"]["cycle_time_ms"] is None  # Horovod's default, not the string "default"
     # reports, next to the records
     assert (
         cli.main(["compare", str(results), "--format", "html", "--out", str(tmp_path / "r")]) == 0
