@@ -347,6 +347,10 @@ def scrub_log_dir(folder: str | Path, environ: Mapping[str, str] | None = None) 
                 new = "{}"
         new = _scrub_text(new, secrets)
         if new != text:
-            path.write_text(new)
+            try:
+                path.write_text(new)
+            except OSError as exc:  # the cell's record matters more; say what was left
+                print(f"warning: cannot scrub {path}: {exc.strerror}", file=sys.stderr)
+                continue
             changed.append(path)
     return changed
