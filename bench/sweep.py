@@ -586,9 +586,7 @@ def run_cell(
     argvs = [n.argv for n in nodes]
     argv = argvs[0] if len(argvs) == 1 else argvs
     shown = [benv.scrub_argv(a) for a in argvs]  # no environment entries off the allow-list
-    _write_log(
-        log_dir / "argv.json", json.dumps(shown[0] if len(shown) == 1 else shown, indent=1)
-    )
+    _write_log(log_dir / "argv.json", json.dumps(shown[0] if len(shown) == 1 else shown, indent=1))
     logs = [log_dir / "launcher.log"]
     if len(nodes) > 1:
         logs = [log_dir / f"launcher-{i}-{n.host.name}.log" for i, n in enumerate(nodes)]
