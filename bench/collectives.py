@@ -18,6 +18,7 @@ from typing import Any, TextIO
 import numpy as np
 import pandas as pd
 
+from bench import env as benv
 from bench import launch, records
 from bench.spec import Engine
 from bench.sweep import _tail, run_launch
@@ -162,7 +163,10 @@ def run(
             log_dir.mkdir(parents=True, exist_ok=True)
             argv = _argv(engine, w, target, extra, attempt, log_dir)
             print(f"collectives: {engine.value} np={w} ...", end="", file=out, flush=True)
-            status, error, seconds = run_launch(argv, log_dir / "launcher.log", timeout)
+            try:
+                status, error, seconds = run_launch(argv, log_dir / "launcher.log", timeout)
+            finally:
+                benv.scrub_log_dir(log_dir)  # launchers echo the environment into logs
             written = records.by_label(target, "attempt", attempt)
             if written:
                 status = written[-1]["status"]

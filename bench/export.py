@@ -68,10 +68,11 @@ def to_pytest_benchmark(recs: list[dict[str, Any]]) -> dict[str, Any]:
             [np.asarray(r["step_times_s"], dtype=float).max(axis=0) for r in runs]
         )
         spec = runs[0]["spec"]
-        name = f"train_step[{spec['model']}-{spec['dataset']}-{engine}-np{workers}]"
+        model, dataset = spec.get("model", "?"), spec.get("dataset", "?")
+        name = f"train_step[{model}-{dataset}-{engine}-np{workers}]"
         benchmarks.append(
             {
-                "group": f"{spec['model']}/{spec['dataset']} ({group})",
+                "group": f"{model}/{dataset} ({group})",
                 "name": name,
                 "fullname": f"bench::{group}::{name}",
                 "params": {"engine": engine, "workers": workers},
@@ -79,8 +80,8 @@ def to_pytest_benchmark(recs: list[dict[str, Any]]) -> dict[str, Any]:
                 "extra_info": {
                     "engine": engine,
                     "workers": workers,
-                    "model": spec["model"],
-                    "dataset": spec["dataset"],
+                    "model": model,
+                    "dataset": dataset,
                     "global_batch": runs[0].get("global_batch"),
                     "samples_per_s_median": float(np.median([r["throughput"] for r in runs])),
                     "versions": (runs[0].get("env") or {}).get("libraries", {}),
@@ -99,17 +100,25 @@ def to_pytest_benchmark(recs: list[dict[str, Any]]) -> dict[str, Any]:
             }
         )
     env = (recs[0].get("env") or {}) if recs else {}
+    machine = env.get("machine") or {}
+    git = env.get("git") or {}
     return {
         "machine_info": {
             "node": env.get("hostname"),
             "processor": env.get("cpu"),
-            "cpu": {"brand_raw": env.get("cpu"), "count": env.get("cpu_count")},
+            # py-cpuinfo's own dict where the record has it, as pytest-benchmark stores
+            "cpu": machine.get("cpu")
+            or {"brand_raw": env.get("cpu"), "count": env.get("cpu_count")},
             "python_version": env.get("python"),
             "machine": benv.machine_key(env),
+            "system": machine.get("system"),
+            "release": machine.get("release"),
         },
         "commit_info": {
-            "id": (env.get("git") or {}).get("commit"),
-            "dirty": (env.get("git") or {}).get("dirty"),
+            "id": git.get("commit"),
+            "dirty": git.get("dirty"),
+            "branch": git.get("branch"),
+            "time": git.get("commit_time"),
         },
         "benchmarks": benchmarks,
         "datetime": datetime.datetime.now(datetime.UTC).isoformat(),

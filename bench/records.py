@@ -16,18 +16,20 @@ import fcntl
 import json
 import math
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from bench import env as benv
+from bench import schema
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DEFAULT_FILE = "runs.jsonl"
 
-# Fields every record must have, whatever its status.
-REQUIRED = ("schema_version", "run_id", "status", "engine", "spec", "world_size")
+# Fields every record must have, whatever its status (the full table: bench/schema.py).
+REQUIRED = tuple(k for k, f in schema.SCHEMAS[SCHEMA_VERSION].items() if "*" in f.required)
 
 
 class Status:
@@ -35,14 +37,86 @@ class Status:
     FAILED = "failed"
     TIMEOUT = "timeout"
     DIVERGED = "diverged"  # a loss became NaN/inf; the record says at which step
+    UNAVAILABLE = "unavailable"  # the engine is not installed on this machine
 
 
 class RecordsError(OSError):
     """The results location cannot be used; the message says what to do."""
 
 
+def _number(text: Any, kind: type[int] | type[float]) -> Any:
+    try:
+        return kind(text) if isinstance(text, str) else text
+    except ValueError:
+        return text
+
+
+# Records that `bench run`/`bench collectives` wrote for a launch that left no record of
+# its own: their wall_time_s was the launch-to-exit time, not the training loop's.
+_LAUNCHER_WRITTEN = ("bench run", "bench collectives")
+
+
+def _v1_to_v2(record: dict[str, Any]) -> dict[str, Any]:
+    """v2: wall times named for what they measure; labels and knobs hold numbers as numbers.
+
+    wall_time_s becomes training_wall_s (a runner's training phase) or
+    launch_to_exit_s (a record the sweep wrote when the launch left none);
+    epochs[].wall_time_s becomes elapsed_s; labels.repeat becomes an integer;
+    Horovod's knobs.cycle_time_ms becomes a float, null for its default.
+    """
+    out = dict(record, schema_version=2)
+    if "wall_time_s" in out:
+        launcher = out.get("launcher") or {}
+        written_by = launcher.get("name") if isinstance(launcher, dict) else None
+        name = "launch_to_exit_s" if written_by in _LAUNCHER_WRITTEN else "training_wall_s"
+        out[name] = out.pop("wall_time_s")
+    if isinstance(out.get("epochs"), list):
+        out["epochs"] = [
+            {("elapsed_s" if k == "wall_time_s" else k): v for k, v in e.items()}
+            if isinstance(e, dict)
+            else e
+            for e in out["epochs"]
+        ]
+    labels = out.get("labels")
+    if isinstance(labels, dict) and "repeat" in labels:
+        out["labels"] = dict(labels, repeat=_number(labels["repeat"], int))
+    knobs = out.get("knobs")
+    if isinstance(knobs, dict) and "cycle_time_ms" in knobs:
+        cycle = knobs["cycle_time_ms"]
+        out["knobs"] = dict(
+            knobs, cycle_time_ms=None if cycle == "default" else _number(cycle, float)
+        )
+    return out
+
+
 # Explicit migrations, oldest first: MIGRATIONS[v] turns a version-v record into v+1.
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+
+
+def timestamp(seconds: float | None = None) -> str:
+    """UTC ISO-8601 time with milliseconds (now, or `seconds` since the epoch)."""
+    when = datetime.datetime.fromtimestamp(
+        time.time() if seconds is None else seconds, datetime.UTC
+    )
+    return when.isoformat(timespec="milliseconds")
+
+
+def typed_labels(labels: dict[str, str]) -> dict[str, Any]:
+    """Command-line labels with the known numeric ones (schema.LABEL_TYPES) as numbers.
+
+    Raises ValueError naming the label when one of those is not a number.
+    """
+    out: dict[str, Any] = dict(labels)
+    for key, kind in schema.LABEL_NUMBERS.items():
+        if key in out and isinstance(out[key], str):
+            try:
+                out[key] = kind(out[key])
+            except ValueError:
+                raise ValueError(
+                    f"label {key} must be {'an integer' if kind is int else 'a number'}, "
+                    f"got {out[key]!r}"
+                ) from None
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +141,7 @@ def new_record(
     spec: dict[str, Any],
     engine: str,
     world_size: int,
-    labels: dict[str, str],
+    labels: dict[str, Any],
     launcher: dict[str, Any],
     status: str = Status.OK,
     error: str | None = None,
@@ -83,7 +157,8 @@ def new_record(
         "spec": spec,
         "world_size": world_size,
         "labels": labels,
-        "launcher": launcher,
+        # argv as the launcher saw it, minus environment entries off the allow-list
+        "launcher": benv.scrub_launcher(launcher),
         "env": benv.environment(),
     }
 
@@ -257,10 +332,21 @@ def _parse(path: Path, number: int, raw: bytes) -> dict[str, Any] | Problem:
     missing = [k for k in REQUIRED if k not in record]
     if missing:
         return Problem(str(path), number, f"missing field(s): {', '.join(missing)}")
+    # Checked against its own version's schema (so that migrations see the types they
+    # expect), then against this version's after migrating: a record of the wrong shape
+    # is skipped here with its field named, never passed on to crash a report.
+    version = record["schema_version"]
+    if isinstance(version, int) and version in schema.SCHEMAS:
+        problem = schema.validate(record)
+        if problem:
+            return Problem(str(path), number, problem)
     try:
         record = migrate(record)
     except ValueError as exc:
         return Problem(str(path), number, str(exc))
+    problem = schema.validate(record)
+    if problem:
+        return Problem(str(path), number, problem)
     record["_source"] = f"{path}:{number}"
     return record
 

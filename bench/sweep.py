@@ -506,7 +506,7 @@ def cell_argv(
     cell: Cell,
     results: Path,
     log_dir: Path,
-    labels: dict[str, str],
+    labels: dict[str, Any],
     timeout: float,
     timeline: bool = False,
     python: str | None = None,
@@ -570,26 +570,33 @@ def run_cell(
         log_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise records.RecordsError(f"cannot create log folder {log_dir}: {exc.strerror}") from None
-    labels = {
+    labels: dict[str, Any] = {
         "cell": cell.key(env_key),
         "attempt": attempt,
         "sweep": sweep_id,
-        "repeat": str(cell.repeat),
+        "repeat": cell.repeat,
         "seed_mode": cell.seed_mode,
         "log_dir": str(log_dir),
     }
     if cell.cluster:
         labels["hosts"] = cell.hosts_label
+    # the runner's record measures launch-to-stop from it (on this machine's clock)
+    labels["launched_at"] = time.time()
     nodes = cell_argv(cell, results, log_dir, labels, timeout, timeline, python)
     argvs = [n.argv for n in nodes]
     argv = argvs[0] if len(argvs) == 1 else argvs
-    _write_log(log_dir / "argv.json", json.dumps(argv, indent=1))
+    shown = [benv.scrub_argv(a) for a in argvs]  # no environment entries off the allow-list
+    _write_log(log_dir / "argv.json", json.dumps(shown[0] if len(shown) == 1 else shown, indent=1))
     logs = [log_dir / "launcher.log"]
     if len(nodes) > 1:
         logs = [log_dir / f"launcher-{i}-{n.host.name}.log" for i, n in enumerate(nodes)]
     start = time.monotonic()
     try:
-        status, error, seconds = run_launches(argvs, logs, timeout)
+        try:
+            status, error, seconds = run_launches(argvs, logs, timeout)
+        finally:
+            # launchers echo the environment into their logs (paddle's envlog.N and more)
+            benv.scrub_log_dir(log_dir)
     except (KeyboardInterrupt, Interrupted) as exc:
         # The tree is already killed; the cell still leaves its record (unless the run
         # wrote one just before), so nothing that ran goes unrecorded.
@@ -631,7 +638,7 @@ def run_cell(
         status=status,
         error=error,
     )
-    rec["wall_time_s"] = seconds
+    rec["launch_to_exit_s"] = seconds
     records.append(results, rec)
     return CellResult(cell, status, seconds, log_dir, error)
 

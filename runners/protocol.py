@@ -247,7 +247,7 @@ def train(
             "test_loss": float(ev[0] / ev[2]),
             "test_accuracy": float(ev[1] / ev[2]),
             "train_time_s": slowest,
-            "wall_time_s": time.perf_counter() - wall0,
+            "elapsed_s": time.perf_counter() - wall0,  # since training began
             "samples_per_s": len(losses) * per * world / slowest if slowest > 0 else None,
         }
         epochs.append(entry)
@@ -276,7 +276,7 @@ def train(
                     "diverged_at_step": at,
                     "epochs": epochs,
                     "step_losses": step_losses,
-                    "wall_time_s": time.perf_counter() - wall0,
+                    "training_wall_s": time.perf_counter() - wall0,
                 }
             )
             raise Diverged(
@@ -384,7 +384,8 @@ def train(
             "step_losses": step_losses,
             "final_accuracy": epochs[-1]["test_accuracy"],
             "final_loss": epochs[-1]["test_loss"],
-            "wall_time_s": time.perf_counter() - wall0,
+            # the training phase: first batch prepared to last result gathered
+            "training_wall_s": time.perf_counter() - wall0,
         }
     )
     if save and rank == 0:
@@ -394,10 +395,14 @@ def train(
 
 def main(engine: Engine, argv: Sequence[str] | None = None) -> int:
     """Entry point shared by runners/hvd.py, runners/ddp.py and runners/paddle_dp.py."""
+    started = time.time()
     args = build_parser(engine).parse_args(argv)
     try:
         spec = spec_from_args(args)
-        labels = _labels(args.label)
+        try:
+            labels = records.typed_labels(_labels(args.label))
+        except ValueError as exc:
+            raise InputError(f"--label: {exc}") from None
         options = _labels(args.engine_option, "--engine-option")
         records.check_writable(args.results)
     except (SpecError, InputError, records.RecordsError) as exc:
@@ -436,6 +441,10 @@ def main(engine: Engine, argv: Sequence[str] | None = None) -> int:
         record["error"] = f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exc(limit=8))
         print(f"error on rank {adapter.rank}: {type(exc).__name__}: {exc}", file=sys.stderr)
         code = EXIT_FAILED
+    stopped = time.time()
+    record["run_start"], record["run_stop"] = records.timestamp(started), records.timestamp(stopped)
+    if isinstance(labels.get("launched_at"), float):  # set by `bench run`
+        record["launch_to_stop_s"] = stopped - labels["launched_at"]
     if adapter.rank == 0:
         try:
             path = records.append(args.results, record)

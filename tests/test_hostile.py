@@ -47,7 +47,8 @@ def _one_line_error(proc: subprocess.CompletedProcess[str], message: str) -> Non
 
 
 def test_nonfinite_values_are_written_as_null_and_listed(tmp_path: Path) -> None:
-    rec = records.new_record({"lr": 1.0}, "ddp", 1, {}, {})
+    # an ok record must hold numbers (bench/schema.py): this is a diverged one
+    rec = records.new_record({"lr": 1.0}, "ddp", 1, {}, {}, status=records.Status.DIVERGED)
     rec.update(
         {
             "final_loss": math.nan,
@@ -350,11 +351,11 @@ def _fill(disk: Path, leave: int) -> None:
 
 def test_record_that_does_not_fit_leaves_no_partial_line(small_disk: Path) -> None:
     results = small_disk / "res"
-    first = records.new_record({"lr": 1.0}, "ddp", 1, {}, {})
+    first = records.new_record({"lr": 1.0}, "ddp", 1, {}, {}, status=records.Status.FAILED)
     records.append(results, first)
     _fill(small_disk, 4096)
     before = records.results_file(results).read_bytes()
-    big = records.new_record({"lr": 1.0}, "ddp", 1, {}, {})
+    big = records.new_record({"lr": 1.0}, "ddp", 1, {}, {}, status=records.Status.FAILED)
     big["step_losses"] = [1.0] * 5000  # ~25 KB: more than is left
     with pytest.raises(records.RecordsError, match="no space left on device") as info:
         records.append(results, big)

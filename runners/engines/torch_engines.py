@@ -594,7 +594,12 @@ class HorovodAdapter(TorchAdapter):
     def knobs(self) -> dict[str, Any]:
         return {
             "fusion_threshold_bytes": int(os.environ["HOROVOD_FUSION_THRESHOLD"]),
-            "cycle_time_ms": os.environ.get("HOROVOD_CYCLE_TIME", "default"),
+            # a number as it took effect; null: Horovod's default
+            "cycle_time_ms": (
+                float(os.environ["HOROVOD_CYCLE_TIME"])
+                if "HOROVOD_CYCLE_TIME" in os.environ
+                else None
+            ),
             # HOROVOD_* settings that came from horovodrun's flags or the environment
             "set_by_launcher": sorted(self.from_launcher),
             "gradient_compression": self.spec.grad_compression.value,

@@ -1,0 +1,82 @@
+"""Schema version 2 and the explicit migration from version 1."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import records, schema
+
+REFERENCE = Path(__file__).parent.parent / "results" / "reference"
+
+
+def _v1(**extra: Any) -> dict[str, Any]:
+    return {
+        "schema_version": 1,
+        "run_id": "old",
+        "status": "ok",
+        "engine": "horovod",
+        "spec": {"model": "mlp"},
+        "world_size": 1,
+        "throughput": 100.0,
+        "step_times_s": [[0.01, 0.02]],
+        "labels": {"repeat": "2", "attempt": "0123", "sweep": "s"},
+        "launcher": {"name": "horovodrun", "runner_argv": ["python", "runners/hvd.py"]},
+        "knobs": {"cycle_time_ms": "default", "fusion_threshold_bytes": 1},
+        "epochs": [{"epoch": 0, "wall_time_s": 1.5, "train_time_s": 1.0}],
+        "wall_time_s": 2.5,
+        **extra,
+    }
+
+
+def _load(tmp_path: Path, *recs: dict[str, Any]) -> records.Loaded:
+    f = tmp_path / "runs.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return records.load([f])
+
+
+def test_a_v1_runner_record_is_migrated(tmp_path: Path) -> None:
+    loaded = _load(tmp_path, _v1())
+    assert loaded.problems == []
+    rec = loaded.records[0]
+    assert rec["schema_version"] == records.SCHEMA_VERSION == 2
+    assert rec["training_wall_s"] == 2.5 and "wall_time_s" not in rec
+    assert rec["epochs"] == [{"epoch": 0, "elapsed_s": 1.5, "train_time_s": 1.0}]
+    assert rec["labels"] == {"repeat": 2, "attempt": "0123", "sweep": "s"}  # ids stay strings
+    assert rec["knobs"]["cycle_time_ms"] is None
+    set_cycle = _v1(knobs={"cycle_time_ms": "3.5"})
+    assert _load(tmp_path, set_cycle).records[0]["knobs"]["cycle_time_ms"] == 3.5
+
+
+def test_a_v1_sweep_written_record_keeps_its_launch_to_exit_time(tmp_path: Path) -> None:
+    failed = _v1(status="timeout", launcher={"name": "bench run", "argv": ["torchrun"]})
+    rec = _load(tmp_path, failed).records[0]
+    assert rec["launch_to_exit_s"] == 2.5 and "training_wall_s" not in rec
+
+
+def test_v1_types_are_checked_before_migrating(tmp_path: Path) -> None:
+    loaded = _load(tmp_path, _v1(labels={"repeat": 2}))  # v1 labels were strings
+    assert loaded.records == []
+    assert "labels.repeat: expected a string" in loaded.problems[0].message
+    v2 = {**records.migrate(_v1()), "labels": {"repeat": "two"}}
+    assert schema.validate(v2) == "labels.repeat: expected an integer >= 0, got 'two' (str)"
+
+
+def test_typed_labels() -> None:
+    assert records.typed_labels({"repeat": "3", "launched_at": "12.5", "x": "7"}) == {
+        "repeat": 3,
+        "launched_at": 12.5,
+        "x": "7",
+    }
+    with pytest.raises(ValueError, match="label repeat must be an integer"):
+        records.typed_labels({"repeat": "x"})
+
+
+def test_the_reference_is_stored_at_the_current_version() -> None:
+    lines = (REFERENCE / "cpu-2core-digits" / "runs.jsonl").read_text().splitlines()
+    assert {json.loads(line)["schema_version"] for line in lines} == {records.SCHEMA_VERSION}
+    loaded = records.load([REFERENCE])
+    assert loaded.problems == [] and len(loaded.records) == len(lines)
