@@ -159,6 +159,31 @@ def test_horovod_without_pytorch_support_says_what_to_do(tmp_path: Path) -> None
     _no_ok_record(tmp_path)
 
 
+def test_horovod_without_nccl_is_refused_on_cuda(tmp_path: Path) -> None:
+    """A CPU-only Horovod on a GPU would reduce every gradient through the CPU: refused."""
+    fake = tmp_path / "site" / "horovod" / "torch"
+    fake.mkdir(parents=True)
+    (fake.parent / "__init__.py").write_text("")
+    (fake / "__init__.py").write_text(
+        "def gloo_built(): return True\n"
+        "def nccl_built(): return 0\n"
+        "def mpi_built(): return False\n"
+        "def init(): raise SystemExit('hvd.init reached: NCCL was not checked')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "runners/hvd.py", "--device", "cuda", "--results", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": f"{tmp_path / 'site'}{os.pathsep}{ROOT}"},
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "built without NCCL" in proc.stderr and "HOROVOD_GPU_OPERATIONS=NCCL" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    _no_ok_record(tmp_path)
+
+
 def test_missing_launcher_makes_the_engine_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
     from bench.sweep import check_engines
 
