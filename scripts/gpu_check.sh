@@ -136,11 +136,14 @@ engines_here=$("$py" - "${BENCH_ENGINES:-horovod,ddp,paddle}" <<'EOF'
 import sys
 from bench.spec import Engine
 from bench.sweep import engine_unavailable
-for name in sys.argv[1].split(","):
-    why = engine_unavailable(Engine(name.strip()))
-    print(name.strip(), "ok" if why is None else "absent")
+names = [n.strip() for n in sys.argv[1].split(",")]
+known = [e.value for e in Engine]
+if any(n not in known for n in names):
+    sys.exit(f"gpu_check: BENCH_ENGINES={sys.argv[1]!r}: engines are {', '.join(known)}")
+for name in names:
+    print(name, "ok" if engine_unavailable(Engine(name)) is None else "absent")
 EOF
-) || refuse "could not check which engines are installed (see the error above)"
+) || exit 2
 while read -r engine state; do
     if [ "$state" != ok ]; then
         deselect+=("not $engine")
@@ -185,7 +188,7 @@ if [ "$has_pytest" = 1 ]; then
     left=$((540 - (SECONDS - start))); [ "$left" -ge 60 ] || left=60
     phase "GPU tests (at most ${left}s)"
     BENCH_EXPECT_GPU=1 timeout "$left" "${tests[@]}" > "$out/gpu-tests.log" 2>&1 || status=1
-    tail -n 15 "$out/gpu-tests.log"
+    tail -n 15 "$out/gpu-tests.log"; echo
 else
     echo "pytest is not installed for $py: GPU tests not run" | tee "$out/gpu-tests.log"
     status=1

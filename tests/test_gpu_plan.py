@@ -187,3 +187,32 @@ def test_gpu_tests_fail_when_a_gpu_is_expected_but_missing() -> None:
         env={k: v for k, v in os.environ.items() if k != "BENCH_EXPECT_GPU"},
     )  # fmt: skip
     assert proc.returncode == 0 and "no CUDA GPU on this machine" in proc.stdout
+
+
+@pytest.mark.distributed
+def test_failing_check_still_reports_and_packs(tmp_path: Path) -> None:
+    """Every cell failing (a GPU that nvidia-smi lists but torch cannot use) still ends
+    with the reports, the packed records and the closing line, in at most 8 files."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a real GPU is here: the cells would not fail")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text('#!/bin/sh\necho "GPU 0: Stand-in GPU (UUID: GPU-0)"\n')
+    (fake / "nvidia-smi").chmod(0o755)
+    out = tmp_path / "out"
+    env = {**os.environ, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}", "BENCH_ENGINES": "ddp"}
+    proc = _check(str(out), env=env)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    files = sorted(p.name for p in out.iterdir())
+    assert files == ["bundle.txt", "check.log", "gpu-tests.log", "records-logs.tar.gz",
+                     "report.html", "report.txt", "summary.txt"]  # fmt: skip
+    assert all((out / f).stat().st_size < 16 * 2**20 for f in files)
+    log = (out / "check.log").read_text().splitlines()
+    assert "gpu_check: done, status 1" in log[-1]
+    phases = [ln for ln in log if ln.startswith("[") and "] gpu_check: " in ln]
+    assert len(phases) >= 7  # start, 3 sweeps, tests, reports, packing, done
+    assert (out / "summary.txt").read_text().count(" failed ") == 5
+    assert "<html" in (out / "report.html").read_text().lower()
+    assert "need 2+ GPUs" in (out / "gpu-tests.log").read_text()
