@@ -334,8 +334,9 @@ def engine_unavailable(engine: Engine, python: str | None = None) -> str | None:
     """Why `engine` cannot run on this machine (launcher or package missing), or None.
 
     An engine that is not installed is not bad input: its cells are recorded as
-    unavailable and the others run. `python`, when given, is probed in a subprocess,
-    since another interpreter's packages cannot be seen from here.
+    unavailable and the others run. With `python` given only its launcher is
+    checked: another interpreter's packages cannot be seen from here, and a cell
+    that then fails to import its engine is recorded as failed with the reason.
     """
     import importlib.util
 
@@ -345,17 +346,12 @@ def engine_unavailable(engine: Engine, python: str | None = None) -> str | None:
         launch.launch_argv(engine, 1, [], python=python)
     except launch.LaunchError as exc:
         return str(exc)
-    if python is None:
-        try:
-            missing = importlib.util.find_spec(top) is None
-        except ImportError:  # a finder that refuses the name: absent all the same
-            missing = True
-    else:
-        probe = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({top!r}) is None)"
-        try:
-            missing = subprocess.run([python, "-c", probe], capture_output=True).returncode != 0
-        except OSError as exc:
-            return f"cannot start {python}: {exc.strerror}"
+    if python is not None:
+        return None
+    try:
+        missing = importlib.util.find_spec(top) is None
+    except ImportError:  # a finder that refuses the name: absent all the same
+        missing = True
     if missing:
         return f"engine {engine.value} needs the {top!r} package, not installed here; {fix}"
     return None
