@@ -245,7 +245,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         results = Path(args.results).resolve()
         if args.dry_run:
             cells = plan(config, base)
-            unavailable = check_plan(cells, config)
+            # the plan may be meant for a GPU machine: print it here all the same
+            unavailable = check_plan(cells, config, devices=False)
             env_key = environment_key()
             run_dir = results / "runs" / "DRY-RUN"
             for engine, why in unavailable.items():

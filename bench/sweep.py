@@ -368,20 +368,22 @@ def check_engines(engines: Sequence[Engine], python: str | None = None) -> dict[
 
 
 def check_plan(
-    cells: Sequence[Cell], config: SweepConfig, python: str | None = None
+    cells: Sequence[Cell], config: SweepConfig, python: str | None = None, devices: bool = True
 ) -> dict[Engine, str]:
     """Refuse the whole sweep before launching anything if any cell is impossible.
 
     Returns the engines not installed here, with the reason: their cells are
     recorded as unavailable instead of launched. Their settings are still checked,
     so a sweep that is wrong somewhere fails the same way on every machine.
+    `devices=False` skips the GPU check, for a plan printed here to run elsewhere
+    (`--dry-run` of a GPU sweep on a CPU machine).
     """
     unavailable = check_engines(sorted({c.engine for c in cells}, key=lambda e: e.value), python)
     seen = set()
     for cell in cells:
         try:
             check_engine(cell.engine, cell.spec)
-            if not cell.cluster:  # other hosts' GPUs are not visible from here
+            if devices and not cell.cluster:  # other hosts' GPUs are not visible from here
                 check_device(cell.spec)
         except InputError as exc:
             raise SweepError(f"cell {cell.name}: {exc}") from None

@@ -196,8 +196,13 @@ fi
 for n in "${not_run[@]}"; do echo "not run: $n" | tee -a "$out/gpu-tests.log"; done
 phase "reports"
 "${bench[@]}" compare "$raw" > "$out/report.txt" 2>&1 || { echo "bench compare failed (see report.txt)"; status=1; }
-"${bench[@]}" compare "$raw" --format html --out "$out" > /dev/null 2>>"$out/report.txt" ||
-    { echo "bench compare --format html failed (see report.txt)"; status=1; }
+if ! "${bench[@]}" compare "$raw" --format html --out "$out" > /dev/null 2>>"$out/report.txt"; then
+    echo "bench compare --format html failed (see report.txt)"; status=1
+    # the HTML report is still there, saying why it has no tables
+    "$py" -c 'import html, sys; print("<!doctype html><html><body><h1>bench compare failed</h1><pre>"
+              + html.escape(open(sys.argv[1]).read()) + "</pre></body></html>")' \
+        "$out/report.txt" > "$out/report.html" || true
+fi
 "$py" - "$raw" > "$out/summary.txt" <<'EOF' || status=1
 import sys
 from bench import records
