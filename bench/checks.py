@@ -53,6 +53,12 @@ def prepare(spec: RunSpec, world_size: int) -> tuple[models.ModelDef, bdata.Data
         spe = bdata.steps_per_epoch(len(dataset.train_y), spec.global_batch(world_size))
     except (SpecError, models.UnknownModelError, bdata.DataError) as exc:
         raise InputError(str(exc)) from None
+    except ModuleNotFoundError as exc:  # a loader's optional package, absent on this machine
+        raise InputError(
+            f"model {spec.model!r} on dataset {spec.dataset!r} needs the Python package "
+            f"{exc.name!r}, not installed here; install it or choose another --dataset "
+            "(synthetic needs nothing)"
+        ) from None
     total = total_steps(spec, spe)
     if spec.warmup_steps >= total:
         raise InputError(

@@ -1,6 +1,6 @@
 """Datasets as numpy arrays behind one interface, and the engine-independent data order.
 
-Nothing downloads: `digits` ships inside scikit-learn, `synthetic` is generated
+Nothing downloads: `digits` ships with this package, `synthetic` is generated
 from the seed, and `mnist` and `cifar10` are read from the standard files the
 user points at. Augmentation (cifar10) is drawn per (seed, epoch, sample index),
 so it is the same pixels whichever rank or batch a sample lands in. The data
@@ -89,13 +89,17 @@ def _split(x: np.ndarray, y: np.ndarray, seed: int, test_fraction: float, name: 
     )
 
 
-def load_digits(seed: int, test_fraction: float, **_: object) -> Dataset:
-    """scikit-learn's 1,797 handwritten 8x8 digits, split by the seed."""
-    from sklearn.datasets import load_digits as sk_digits
+# scikit-learn's copy of the UCI digits, shipped as 45 KB so that no machine needs
+# scikit-learn (GPU nodes often lack it): same values, see bench/corpora/README.md.
+DIGITS = Path(__file__).resolve().parent / "corpora" / "digits.npz"
 
-    bunch = sk_digits()
-    x = np.asarray(bunch.images, dtype=np.float32)[:, None, :, :] / 16.0
-    return _split(x, np.asarray(bunch.target), seed, test_fraction, "digits")
+
+def load_digits(seed: int, test_fraction: float, **_: object) -> Dataset:
+    """The 1,797 handwritten 8x8 digits (scikit-learn's set, bundled), split by the seed."""
+    with np.load(DIGITS) as arrays:
+        images, target = arrays["images"], arrays["target"]
+    x = images.astype(np.float32)[:, None, :, :] / 16.0
+    return _split(x, target.astype(np.int64), seed, test_fraction, "digits")
 
 
 def load_synthetic(

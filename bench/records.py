@@ -37,7 +37,8 @@ class Status:
     FAILED = "failed"
     TIMEOUT = "timeout"
     DIVERGED = "diverged"  # a loss became NaN/inf; the record says at which step
-    UNAVAILABLE = "unavailable"  # the engine is not installed on this machine
+    # the engine is not installed on this machine: the cell was recorded, not launched
+    UNAVAILABLE = "unavailable"
 
 
 class RecordsError(OSError):

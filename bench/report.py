@@ -180,6 +180,9 @@ def _math(knobs: dict[str, Any]) -> str:
     return ", ".join(words)
 
 
+_NOT_FAILED = (records.Status.OK, records.Status.UNAVAILABLE)
+
+
 def _interval(est: stats.Estimate, spec: str) -> str:
     return "-" if est.low is None or est.high is None else f"[{est.low:{spec}}, {est.high:{spec}}]"
 
@@ -214,7 +217,8 @@ def _throughput_rows(
             "engine": engine,
             "workers": int(workers),
             "runs": len(good),
-            "failed": len(cell) - len(good),
+            # an engine not installed here did not fail: its records say so in the notes
+            "failed": int((~cell["status"].isin(_NOT_FAILED)).sum()),
             "samples/s": np.nan,
             "95% CI": "-",
             "efficiency": np.nan,
@@ -398,7 +402,14 @@ def _notes(gdf: pd.DataFrame) -> list[str]:
             "WARNING: oversubscribed (more worker threads than usable CPUs; the timings "
             "measure CPU contention): " + "; ".join(cells)
         )
-    for _, bad in gdf[gdf["status"] != records.Status.OK].iterrows():
+    absent = gdf[gdf["status"] == records.Status.UNAVAILABLE]
+    for engine, rows in absent.groupby("engine"):
+        first = (rows["error"].iloc[0] or "").strip().splitlines()[:1]
+        notes.append(
+            f"unavailable: {engine} not installed where it ran, {len(rows)} run(s) recorded "
+            f"without launching: {first[0] if first else 'no reason given'}"
+        )
+    for _, bad in gdf[~gdf["status"].isin(_NOT_FAILED)].iterrows():
         first = (bad["error"] or "").strip().splitlines()[:1]
         notes.append(
             f"{bad['status']}: {bad['engine']} np={bad['workers']} ({bad['source']}): "

@@ -330,32 +330,60 @@ ENGINE_MODULES = {
 }
 
 
-def check_engines(engines: Sequence[Engine], python: str | None = None) -> None:
-    """Each engine's launcher and framework must be present before anything starts."""
+def engine_unavailable(engine: Engine, python: str | None = None) -> str | None:
+    """Why `engine` cannot run on this machine (launcher or package missing), or None.
+
+    An engine that is not installed is not bad input: its cells are recorded as
+    unavailable and the others run. With `python` given only its launcher is
+    checked: another interpreter's packages cannot be seen from here, and a cell
+    that then fails to import its engine is recorded as failed with the reason.
+    """
     import importlib.util
 
+    module, fix = ENGINE_MODULES[engine]
+    top = module.split(".")[0]
+    try:
+        launch.launch_argv(engine, 1, [], python=python)
+    except launch.LaunchError as exc:
+        return str(exc)
+    if python is not None:
+        return None
+    try:
+        missing = importlib.util.find_spec(top) is None
+    except ImportError:  # a finder that refuses the name: absent all the same
+        missing = True
+    if missing:
+        return f"engine {engine.value} needs the {top!r} package, not installed here; {fix}"
+    return None
+
+
+def check_engines(engines: Sequence[Engine], python: str | None = None) -> dict[Engine, str]:
+    """The engines that cannot run here, each with the reason (empty: all can)."""
+    reasons = {}
     for engine in engines:
-        try:
-            launch.launch_argv(engine, 1, [], python=python)
-        except launch.LaunchError as exc:
-            raise SweepError(str(exc)) from None
-        if python is None:  # another interpreter's packages cannot be probed from here
-            module, fix = ENGINE_MODULES[engine]
-            top = module.split(".")[0]
-            if importlib.util.find_spec(top) is None:
-                raise SweepError(
-                    f"engine {engine.value} needs the {top!r} package, missing here; {fix}"
-                )
+        why = engine_unavailable(engine, python)
+        if why:
+            reasons[engine] = why
+    return reasons
 
 
-def check_plan(cells: Sequence[Cell], config: SweepConfig, python: str | None = None) -> None:
-    """Refuse the whole sweep before launching anything if any cell is impossible."""
-    check_engines(sorted({c.engine for c in cells}, key=lambda e: e.value), python)
+def check_plan(
+    cells: Sequence[Cell], config: SweepConfig, python: str | None = None, devices: bool = True
+) -> dict[Engine, str]:
+    """Refuse the whole sweep before launching anything if any cell is impossible.
+
+    Returns the engines not installed here, with the reason: their cells are
+    recorded as unavailable instead of launched. Their settings are still checked,
+    so a sweep that is wrong somewhere fails the same way on every machine.
+    `devices=False` skips the GPU check, for a plan printed here to run elsewhere
+    (`--dry-run` of a GPU sweep on a CPU machine).
+    """
+    unavailable = check_engines(sorted({c.engine for c in cells}, key=lambda e: e.value), python)
     seen = set()
     for cell in cells:
         try:
             check_engine(cell.engine, cell.spec)
-            if not cell.cluster:  # other hosts' GPUs are not visible from here
+            if devices and not cell.cluster:  # other hosts' GPUs are not visible from here
                 check_device(cell.spec)
         except InputError as exc:
             raise SweepError(f"cell {cell.name}: {exc}") from None
@@ -377,6 +405,7 @@ def check_plan(cells: Sequence[Cell], config: SweepConfig, python: str | None = 
                     f"the {cores} CPUs this process may use; the timings would measure oversubscription. "
                     "Lower --workers/--threads or pass --oversubscribe"
                 )
+    return unavailable
 
 
 def kill_tree(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
@@ -643,6 +672,32 @@ def run_cell(
     return CellResult(cell, status, seconds, log_dir, error)
 
 
+def record_unavailable(
+    cell: Cell, results: Path, env_key: str, sweep_id: str, reason: str
+) -> CellResult:
+    """Record a cell of an engine not installed here, without launching anything."""
+    labels = {
+        "cell": cell.key(env_key),
+        "attempt": uuid.uuid4().hex,
+        "sweep": sweep_id,
+        "repeat": cell.repeat,
+        "seed_mode": cell.seed_mode,
+    }
+    if cell.cluster:
+        labels["hosts"] = cell.hosts_label
+    rec = records.new_record(
+        cell.spec.to_dict(),
+        cell.engine.value,
+        cell.workers,
+        labels,
+        {"name": "bench run", "argv": []},
+        status=records.Status.UNAVAILABLE,
+        error=reason,
+    )
+    records.append(results, rec)
+    return CellResult(cell, records.Status.UNAVAILABLE, 0.0, Path(), reason)
+
+
 def environment_key() -> str:
     env = benv.environment()
     return json.dumps([env["hostname"], benv.machine_key(env), env["libraries"]], sort_keys=True)
@@ -680,7 +735,7 @@ def run_sweep(
 ) -> list[CellResult]:
     """Run every cell not already recorded; returns what ran (skipped cells excluded)."""
     cells = plan(config, base)
-    check_plan(cells, config, python)
+    unavailable = check_plan(cells, config, python)
     records.check_writable(results)
     env_key = environment_key()
     done = set() if force else completed_cells(results)
@@ -693,10 +748,25 @@ def run_sweep(
         file=out,
         flush=True,
     )
+    for engine, why in unavailable.items():
+        n = sum(c.engine is engine for c in todo)
+        print(
+            f"bench run: WARNING: engine {engine.value} is not installed here, so its {n} "
+            f"cells are recorded as unavailable and not run ({why})",
+            file=out,
+            flush=True,
+        )
     outcomes: list[CellResult] = []
     start = time.monotonic()
     for i, cell in enumerate(todo, start=1):
         print(f"[{i:>3}/{len(todo)}] {cell.name} ...", end="", file=out, flush=True)
+        if cell.engine in unavailable:
+            res = record_unavailable(cell, results, env_key, sweep_id, unavailable[cell.engine])
+            outcomes.append(res)
+            print(f" {res.status}", file=out, flush=True)
+            if on_cell:
+                on_cell(res)
+            continue
         res = run_cell(
             cell,
             i,
@@ -730,6 +800,7 @@ __all__ = [
     "SweepConfig",
     "SweepError",
     "check_plan",
+    "engine_unavailable",
     "load_config_file",
     "plan",
     "run_cell",

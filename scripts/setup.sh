@@ -22,8 +22,8 @@ cd "$root"
 TORCH_VERSION=2.13.0
 PADDLE_VERSION=3.3.1
 HOROVOD_VERSION=0.28.1
-# Our fixes to the Horovod sources; part of the wheel's cache key, bump when they change.
-HOROVOD_PATCHES=p2
+# Our fixes to the Horovod sources (scripts/horovod_patch.sh); part of the wheel's cache key.
+HOROVOD_PATCHES=$(scripts/horovod_patch.sh --version)
 GPU=${BENCH_GPU:-auto}
 if [ "$GPU" = auto ]; then
     if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
@@ -83,19 +83,7 @@ if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
     "${pip[@]}" download --no-deps --no-binary :all: "horovod==$HOROVOD_VERSION" -d "$work"
     tar -xzf "$work"/horovod-"$HOROVOD_VERSION".tar.gz -C "$work"
     src="$work/horovod-$HOROVOD_VERSION"
-    # torch >= 2.1 headers require C++17; 0.28.1 asks for C++14 (fixed upstream
-    # after the release, never published).
-    sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/' \
-        "$src/CMakeLists.txt" "$src/horovod/torch/CMakeLists.txt"
-    grep -q 'CMAKE_CXX_STANDARD 17' "$src/horovod/torch/CMakeLists.txt" || {
-        echo "setup: could not patch Horovod's C++ standard" >&2; exit 1; }
-    # Process-set Gloo contexts are created without the interface horovodrun chose
-    # (--network-interfaces / HOROVOD_GLOO_IFACE) and fall back to the host name's
-    # address: multi-node runs fail wherever that is not the chosen network.
-    ctx="$src/horovod/common/gloo/gloo_context.cc"
-    sed -i '/InitializeForProcessSet/,/CreateDevice/ s/device_attr.iface = gloo_iface_;/device_attr.iface = global_context.gloo_iface_;/' "$ctx"
-    grep -q 'device_attr.iface = global_context.gloo_iface_;' "$ctx" || {
-        echo "setup: could not patch Horovod's process-set Gloo interface" >&2; exit 1; }
+    scripts/horovod_patch.sh "$src"
     export HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
         HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_CPU_OPERATIONS=gloo
     if [ "$GPU" = 1 ]; then export HOROVOD_GPU_OPERATIONS=NCCL; fi

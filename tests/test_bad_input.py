@@ -160,12 +160,40 @@ def test_horovod_without_pytorch_support_says_what_to_do(tmp_path: Path) -> None
     _no_ok_record(tmp_path)
 
 
-def test_missing_launcher_is_refused_before_launching(monkeypatch: pytest.MonkeyPatch) -> None:
-    from bench.sweep import SweepError, check_engines
+def test_horovod_without_nccl_is_refused_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CPU-only Horovod on a GPU would reduce every gradient through the CPU: refused
+    before hvd.init(). The build flags are stood in for (a CPU machine has neither a GPU
+    nor an NCCL build); the refusal itself is the adapter's real code."""
+    import types
+
+    from bench.checks import InputError
+    from bench.spec import Device, RunSpec
+    from runners.engines.torch_engines import HorovodAdapter
+
+    fake = types.ModuleType("horovod.torch")
+    fake.gloo_built = lambda: True  # type: ignore[attr-defined]
+    fake.nccl_built = lambda: 0  # type: ignore[attr-defined]
+    fake.mpi_built = lambda: False  # type: ignore[attr-defined]
+
+    def init() -> None:
+        raise AssertionError("hvd.init reached: NCCL was not checked")
+
+    fake.init = init  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "horovod", types.ModuleType("horovod"))
+    monkeypatch.setitem(sys.modules, "horovod.torch", fake)
+    adapter = HorovodAdapter(RunSpec(model="lenet", device=Device.CUDA))
+    with pytest.raises(InputError, match=r"built without NCCL.*HOROVOD_GPU_OPERATIONS=NCCL"):
+        adapter.init()
+
+
+def test_missing_launcher_makes_the_engine_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench.sweep import check_engines
 
     monkeypatch.setenv("PATH", "/nonexistent")
-    with pytest.raises(SweepError, match=r"horovodrun not found.*scripts/setup.sh"):
-        check_engines([Engine.HOROVOD], python="/nonexistent/python")
+    reasons = check_engines([Engine.HOROVOD], python="/nonexistent/python")
+    assert list(reasons) == [Engine.HOROVOD]
+    assert "horovodrun not found" in reasons[Engine.HOROVOD]
+    assert "scripts/setup.sh" in reasons[Engine.HOROVOD]
 
 
 @pytest.mark.parametrize(

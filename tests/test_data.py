@@ -200,3 +200,52 @@ def test_models_and_datasets_of_the_wrong_kind_are_refused() -> None:
     # without a dataset, each model gets its own
     assert RunSpec(model="transformer").dataset == "sonnets"
     assert RunSpec(model="resnet18").dataset == "synthetic"
+
+
+def test_bundled_digits_equal_scikit_learns() -> None:
+    sk = pytest.importorskip("sklearn.datasets").load_digits()
+    with np.load(data.DIGITS) as arrays:
+        np.testing.assert_array_equal(arrays["images"], sk.images)
+        np.testing.assert_array_equal(arrays["target"], sk.target)
+
+
+def test_digits_load_where_scikit_learn_is_absent(tmp_path: Path) -> None:
+    """GPU nodes often lack scikit-learn; the default dataset of mlp and lenet must not need it."""
+    import os
+    import subprocess
+    import sys
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import importlib.abc, sys\n"
+        "class _Absent(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'sklearn':\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, _Absent())\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    code = "from bench import data; d = data.load_dataset('digits', seed=0, test_fraction=0.2); print(len(d.train_y) + len(d.test_y))"
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{root}"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "1797"
+
+
+def test_a_loader_missing_its_package_is_one_clear_refusal(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench.checks import InputError, prepare
+    from bench.spec import RunSpec
+
+    def needs_a_package(**_: object) -> data.Dataset:
+        raise ModuleNotFoundError("No module named 'absentpkg'", name="absentpkg")
+
+    monkeypatch.setitem(data.LOADERS, "digits", needs_a_package)
+    with pytest.raises(InputError, match=r"needs the Python package 'absentpkg', not installed"):
+        prepare(RunSpec(model="lenet", dataset="digits"), 1)

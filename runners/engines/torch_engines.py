@@ -492,6 +492,13 @@ class HorovodAdapter(TorchAdapter):
                 "this Horovod was built without Gloo, which CPU runs need; rebuild it with "
                 "HOROVOD_WITH_GLOO=1 (scripts/setup.sh does)"
             )
+        if self.spec.device is Device.CUDA and not hvd.nccl_built():
+            # without NCCL every GPU gradient would go through the CPU over Gloo: a
+            # different engine from the one this benchmark claims to measure
+            raise InputError(
+                "device=cuda but this Horovod was built without NCCL; rebuild it with "
+                "HOROVOD_GPU_OPERATIONS=NCCL (scripts/gpu_bundle.sh for an offline GPU node)"
+            )
         if self.adasum and not hvd.mpi_built():
             # Horovod implements Adasum on MPI; a Gloo-only build fails at the first step.
             raise SpecError(
