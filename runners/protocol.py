@@ -317,7 +317,13 @@ def train(
         {
             "engine_versions": adapter.versions(),
             "knobs": adapter.knobs(),
-            "threads": adapter.threads(),
+            # as each framework and OpenMP runtime reports them, read back after training
+            "threads": {
+                **record.get("threads", {}),
+                **adapter.threads(),
+                "openmp": benv.openmp_threads(),
+                "frameworks_loaded": benv.frameworks_loaded(),
+            },
             "hosts": hosts,
             # Launcher's node count (namespaces share a hostname, so hosts cannot tell).
             "nodes": world // max(adapter.local_world_size, 1),
@@ -403,7 +409,10 @@ def main(engine: Engine, argv: Sequence[str] | None = None) -> int:
     except (SpecError, InputError, records.RecordsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    benv.set_thread_env(spec.threads)  # before the framework is imported below
+    # Before the framework is imported below; frameworks already loaded would have read
+    # the old values (the record lists them: it must be empty).
+    loaded_early = benv.frameworks_loaded()
+    benv.set_thread_env(spec.threads)
     try:
         adapter = _load_adapter(engine)(spec, args.collective_timeout, options)
         model, dataset, spe = prepare(spec, adapter.expected_world_size())
@@ -421,6 +430,7 @@ def main(engine: Engine, argv: Sequence[str] | None = None) -> int:
     record = records.new_record(
         spec.to_dict(), engine.value, adapter.world_size, labels, _launcher()
     )
+    record["threads"] = {"frameworks_before_thread_env": loaded_early}
     code = 0
     try:
         train(adapter, model, dataset, spe, record, args.quiet, args.save)
