@@ -138,7 +138,8 @@ def _math(knobs: dict[str, Any]) -> str:
 
 
 def _interval(est: stats.Estimate, spec: str) -> str:
-    return "-" if est.low is None or est.high is None else f"[{est.low:{spec}}, {est.high:{spec}}]"
+    """'[low, high] n=N', or 'too few runs (n=N)': every interval shows its run count."""
+    return est.interval(spec)
 
 
 def _ok(df: pd.DataFrame) -> pd.DataFrame:
@@ -163,21 +164,23 @@ def _throughput_rows(gdf: pd.DataFrame, twins: pd.DataFrame) -> pd.DataFrame:
         }
         if len(good):
             tp = good["throughput"].tolist()
-            est = stats.bootstrap(tp)
+            est = stats.estimate(tp)
             row["samples/s"], row["95% CI"] = est.value, _interval(est, ",.0f")
             # multi-node variants scale from the same engine's one worker
             single = cell["single_node_engine"].iloc[0]
             base = ok[(ok["engine"] == single) & (ok["workers"] == 1)]["throughput"].tolist()
             if base:
-                eff = stats.bootstrap_ratio(tp, base, float(workers))
+                eff = stats.ratio(tp, base, float(workers))
                 row["efficiency"], row["eff. 95% CI"] = eff.value, _interval(eff, ".2f")
             nosync = _ok(twins[(twins["engine"] == engine) & (twins["workers"] == workers)])
             if workers > 1 and len(nosync):
                 # share of the compute-only throughput lost to unhidden communication
-                ratio = stats.bootstrap_ratio(tp, nosync["throughput"].tolist())
+                ratio = stats.ratio(tp, nosync["throughput"].tolist())
                 share = f"{1 - ratio.value:.0%}"
                 if ratio.low is not None and ratio.high is not None:
-                    share += f" [{1 - ratio.high:.0%}, {1 - ratio.low:.0%}]"
+                    share += f" [{1 - ratio.high:.0%}, {1 - ratio.low:.0%}] n={ratio.n}"
+                else:
+                    share += f" {stats.TOO_FEW} (n={ratio.n})"
                 row["comm %"] = share
         rows.append(row)
     return pd.DataFrame(rows).sort_values(["workers", "engine"]).reset_index(drop=True)
@@ -269,11 +272,11 @@ def _head_to_head_rows(gdf: pd.DataFrame) -> pd.DataFrame:
         by_engine = {e: g["throughput"].tolist() for e, g in same_w.groupby("engine")}
         best = max(by_engine, key=lambda e: float(np.median(by_engine[e])))
         for engine, tp in sorted(by_engine.items()):
-            est = stats.bootstrap_ratio(tp, by_engine[best])
+            est = stats.ratio(tp, by_engine[best])
             if engine == best:
                 verdict = "fastest"
             elif est.high is None:
-                verdict = "n/a (1 run)"
+                verdict = stats.TOO_FEW  # fewer than stats.MIN_RUNS on a side: no verdict
             else:
                 verdict = "slower (significant)" if est.high < 1.0 else "not significant"
             rows.append(
