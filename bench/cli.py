@@ -107,6 +107,9 @@ def _parser() -> argparse.ArgumentParser:
     multi.add_argument(
         "--ssh-identity-file", dest="ssh_identity", help="ssh key horovodrun uses between hosts"
     )
+    from runners.protocol import add_measure_flags
+
+    add_measure_flags(run)
     run.add_argument("--results", default="results", help="results directory (default: results/)")
     run.add_argument("--force", action="store_true", help="rerun cells already recorded")
     run.add_argument("--dry-run", action="store_true", help="print the launch commands and exit")
@@ -205,6 +208,9 @@ def _sweep_inputs(args: argparse.Namespace) -> tuple[SweepConfig, RunSpec]:
         "master_port",
         "ssh_port",
         "ssh_identity",
+        "window_steps",
+        "target_ci",
+        "measure_cap_s",
     ):
         value = getattr(args, key)
         if value is not None:
@@ -263,6 +269,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                     print(shlex.join(node.command))
             print(f"# {len(cells)} cells", file=sys.stderr)
             return 0
+        from bench import contention
+
+        warning = contention.busy_warning(contention.machine_busy())
+        if warning:
+            print(f"bench run: {warning}", file=sys.stderr)
         with _stop_on_signals():
             outcomes = run_sweep(config, base, results, force=args.force)
     except (SweepError, SpecError, records.RecordsError) as exc:

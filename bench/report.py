@@ -103,6 +103,8 @@ def frame(recs: Iterable[dict[str, Any]], target: float = DEFAULT_TARGET) -> pd.
                 "twin_group": _group_key(twin),
                 "title": _title(spec),
                 "throughput": r.get("throughput"),
+                # other processes used the CPUs while it was timed (bench/contention.py)
+                "contended": bool(r.get("contended")),
                 "train_flops": ((r.get("flops_per_sample") or {}).get("train") or np.nan),
                 "rank_throughput": r.get("per_rank_throughput") or [],
                 "step_times": [t for rank in r.get("step_times_s") or [] for t in rank],
@@ -146,6 +148,12 @@ def _ok(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["status"] == records.Status.OK]
 
 
+def _contended(cell: pd.DataFrame) -> str:
+    """'k/n' runs of a cell measured while other processes used the CPUs; '-' for none."""
+    k = int(cell["contended"].sum()) if "contended" in cell else 0
+    return f"{k}/{len(cell)}" if k else "-"
+
+
 def _throughput_rows(gdf: pd.DataFrame, twins: pd.DataFrame) -> pd.DataFrame:
     ok = _ok(gdf)
     rows = []
@@ -161,6 +169,7 @@ def _throughput_rows(gdf: pd.DataFrame, twins: pd.DataFrame) -> pd.DataFrame:
             "efficiency": np.nan,
             "eff. 95% CI": "-",
             "comm %": "-",
+            "contended": _contended(good),
         }
         if len(good):
             tp = good["throughput"].tolist()
@@ -214,6 +223,7 @@ def _rank_rows(gdf: pd.DataFrame) -> pd.DataFrame:
                 "GFLOP/s": float(cell["throughput"].median() * cell["train_flops"].iloc[0] / 1e9),
                 "peak RSS MB": float(cell["peak_rss_mb"].max()),
                 "CPU util": float(cell["cpu_util"].mean()),
+                "contended": _contended(cell),
             }
         )
     return (
@@ -270,6 +280,7 @@ def _head_to_head_rows(gdf: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for workers, same_w in _ok(gdf).groupby("workers"):
         by_engine = {e: g["throughput"].tolist() for e, g in same_w.groupby("engine")}
+        flagged = {e: _contended(g) for e, g in same_w.groupby("engine")}
         best = max(by_engine, key=lambda e: float(np.median(by_engine[e])))
         for engine, tp in sorted(by_engine.items()):
             est = stats.ratio(tp, by_engine[best])
@@ -286,6 +297,7 @@ def _head_to_head_rows(gdf: pd.DataFrame) -> pd.DataFrame:
                     "vs fastest": est.value,
                     "95% CI": _interval(est, ".2f"),
                     "verdict": verdict,
+                    "contended": flagged[engine],
                 }
             )
     return pd.DataFrame(rows)
@@ -332,6 +344,12 @@ def _notes(gdf: pd.DataFrame) -> list[str]:
             notes.append(f"fp32 maths identical across engines: {ok['math'].iloc[0]}")
         for engine, knobs in ok.groupby("engine")["knobs"]:
             notes.append(f"knobs {engine}: " + " | ".join(sorted(knobs.unique())))
+    if not ok.empty and ok["contended"].any():
+        notes.append(
+            f"WARNING: {int(ok['contended'].sum())} of {len(ok)} runs were measured while other "
+            "processes used the CPUs (column 'contended'): their throughput is understated, "
+            "and not equally for every engine; rerun them on a quiet machine"
+        )
     for _, bad in gdf[gdf["status"] != records.Status.OK].iterrows():
         first = (bad["error"] or "").strip().splitlines()[:1]
         notes.append(

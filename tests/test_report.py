@@ -155,3 +155,16 @@ def test_export_is_read_by_pytest_benchmark(tmp_path: Path) -> None:
     )
     assert cmp_.returncode == 0, cmp_.stderr
     assert "train_step[mlp-digits-ddp-np2]" in cmp_.stdout
+
+
+def test_contended_runs_are_flagged_in_every_timing_table() -> None:
+    recs = records.load([GOLDEN]).records
+    for r in recs:
+        if r["engine"] == "horovod" and r["world_size"] == 2:
+            r["contended"] = True
+    comp = report.compare(recs)[0]
+    for name in ("throughput", "per rank", "head to head"):
+        section = comp.sections[name].set_index(["engine", "workers"])
+        assert section.loc[("horovod", 2), "contended"] == "3/3", name
+        assert section.loc[("ddp", 2), "contended"] == "-", name
+    assert any("measured while other processes" in n for n in comp.notes)
