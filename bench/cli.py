@@ -355,7 +355,8 @@ def _print_compare(
     target: float = report.DEFAULT_TARGET,
     out_dir: str | None = None,
 ) -> int:
-    loaded = records.load(paths)
+    # Tables need no per-step arrays: read cached summaries; the html report plots them.
+    loaded = records.load(paths) if fmt == "html" else records.load_summaries(paths)
     for problem in loaded.problems:
         print(f"skipped: {problem}", file=sys.stderr)
     text = render_compare(loaded, fmt, target)
@@ -425,7 +426,7 @@ def _diff(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     sets = []
     for path in args.paths:
-        loaded = records.load([path])
+        loaded = records.load_summaries([path])
         for problem in loaded.problems:
             print(f"skipped: {problem}", file=sys.stderr)
         sets.append(loaded.records)

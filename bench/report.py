@@ -107,7 +107,9 @@ def frame(recs: Iterable[dict[str, Any]], target: float = DEFAULT_TARGET) -> pd.
                 "contended": bool(r.get("contended")),
                 "train_flops": ((r.get("flops_per_sample") or {}).get("train") or np.nan),
                 "rank_throughput": r.get("per_rank_throughput") or [],
-                "step_times": [t for rank in r.get("step_times_s") or [] for t in rank],
+                # per-run step-time quantiles over every rank's timed steps (from the
+                # record's arrays, or from its summary: records.summarise)
+                **_step_quantiles(r),
                 "final_accuracy": r.get("final_accuracy"),
                 "time_to_target": time_to_target(r.get("epochs") or [], target),
                 "peak_rss_mb": max(res.get("peak_rss_mb") or [np.nan]),
@@ -137,6 +139,17 @@ def _math(knobs: dict[str, Any]) -> str:
     if math.get("nvidia_tf32_override") is not None:
         words.append(f"NVIDIA_TF32_OVERRIDE={math['nvidia_tf32_override']}")
     return ", ".join(words)
+
+
+def _step_quantiles(r: dict[str, Any]) -> dict[str, float]:
+    q = r.get("step_time_quantiles")
+    if q is None:
+        steps = [t for rank in r.get("step_times_s") or [] for t in rank]
+        if not steps:
+            return {"step_p50": np.nan, "step_p95": np.nan}
+        p50, p95 = np.percentile(np.asarray(steps, dtype=float), [50, 95])
+        return {"step_p50": float(p50), "step_p95": float(p95)}
+    return {"step_p50": float(q["p50"]), "step_p95": float(q["p95"])}
 
 
 def _interval(est: stats.Estimate, spec: str) -> str:
@@ -205,9 +218,7 @@ def _rank_rows(gdf: pd.DataFrame) -> pd.DataFrame:
             if ranks
             else (np.array([]),) * 3
         )
-        steps = np.concatenate(
-            [np.asarray(s, dtype=float) for s in cell["step_times"]] or [np.array([])]
-        )
+        p50, p95 = cell["step_p50"].dropna(), cell["step_p95"].dropna()
         rows.append(
             {
                 "engine": engine,
@@ -215,8 +226,9 @@ def _rank_rows(gdf: pd.DataFrame) -> pd.DataFrame:
                 "rank min/s": float(np.median(lo)) if lo.size else np.nan,
                 "rank median/s": float(np.median(mid)) if mid.size else np.nan,
                 "rank max/s": float(np.median(hi)) if hi.size else np.nan,
-                "step p50 ms": float(np.percentile(steps, 50) * 1e3) if steps.size else np.nan,
-                "step p95 ms": float(np.percentile(steps, 95) * 1e3) if steps.size else np.nan,
+                # medians over runs of each run's own step-time percentiles
+                "step p50 ms": float(p50.median() * 1e3) if len(p50) else np.nan,
+                "step p95 ms": float(p95.median() * 1e3) if len(p95) else np.nan,
                 # building a step's batch (augmentation included), outside the timed loop
                 "input ms": float(cell["input_ms"].median()),
                 # achieved compute: median throughput x training FLOPs per sample
