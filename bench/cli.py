@@ -12,11 +12,14 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import models
-from bench import launch, records, report
+from bench import launch, records
 from bench.spec import Engine, RunSpec, SpecError, add_spec_flags, spec_from_args
 from bench.sweep import Interrupted, SweepConfig, SweepError, load_config_file, run_sweep
 
 EXIT_BAD_INPUT = 2
+# bench.report's DEFAULT_TARGET, repeated so that `bench --help` need not import pandas
+# (tests/test_imports.py checks that the two agree)
+DEFAULT_TARGET = 0.95
 
 
 def _csv(kind: type) -> Callable[[str], tuple[object, ...]]:
@@ -155,7 +158,7 @@ def _parser() -> argparse.ArgumentParser:
     cmp_.add_argument(
         "--target-accuracy",
         type=float,
-        default=report.DEFAULT_TARGET,
+        default=DEFAULT_TARGET,
         help="accuracy for the time-to-target column (default: 0.95)",
     )
     cmp_.add_argument(
@@ -303,7 +306,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def render_compare(loaded: records.Loaded, fmt: str, target: float) -> str | None:
     """The comparison of `loaded` in one format; None when nothing is comparable."""
-    from bench import collectives
+    from bench import collectives, report
 
     comps = report.compare(loaded.records, target)
     coll = collectives.tables(loaded.records)
@@ -352,7 +355,7 @@ def _print_compare(
     paths: Sequence[str],
     fmt: str,
     sources: bool,
-    target: float = report.DEFAULT_TARGET,
+    target: float = DEFAULT_TARGET,
     out_dir: str | None = None,
 ) -> int:
     # Tables need no per-step arrays: read cached summaries; the html report plots them.
@@ -394,6 +397,8 @@ def _print_compare(
             "final_accuracy",
             "source",
         ]
+        from bench import report
+
         df = report.frame(loaded.records)
         print(df[cols].sort_values(cols[:5]).to_string(index=False))
     print(f"{len(loaded.records)} records read, {len(loaded.problems)} skipped", file=sys.stderr)

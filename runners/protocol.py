@@ -439,8 +439,9 @@ def train(
     tput = (per * world * np.asarray(window_n) / all_windows.max(axis=0)).tolist()
     est, half = _window_estimate(tput)
     extra = 0
-    extra_epoch = spec.epochs  # measurement windows draw the data of epochs after training
-    extra_plan: list[tuple[Any, float]] = []
+    # measurement windows draw the data of the epochs after training, a window at a time
+    extra_epoch, extra_pos = spec.epochs, spe
+    extra_order = np.zeros(0, dtype=np.int64)
     stopped_by = "disabled" if measure.target_ci == 0 else "target_ci"
     last_lr = spec.lr_at(total - 1, spe, world, total)
     while measure.target_ci > 0 and (half is None or half > measure.target_ci):
@@ -448,13 +449,13 @@ def train(
         if spent >= measure.cap_s:
             stopped_by = "time_cap"
             break
-        if not extra_plan:  # the next epoch's data, prepared outside the timed windows
+        if extra_pos >= spe:
             extra_order = bdata.epoch_order(spec.seed, extra_epoch, len(dataset.train_y))
-            extra_plan = [
-                (b, last_lr) for b in batches(extra_epoch, extra_order, range(spe), False)
-            ]
-            extra_epoch += 1
-        chunk, extra_plan = extra_plan[: measure.window_steps], extra_plan[measure.window_steps :]
+            extra_epoch, extra_pos = extra_epoch + 1, 0
+        span = range(extra_pos, min(extra_pos + measure.window_steps, spe))
+        extra_pos = span.stop
+        # prepared outside the timed window, like every epoch's batches
+        chunk = [(b, last_lr) for b in batches(extra_epoch - 1, extra_order, span, False)]
         win = timed_window(adapter, chunk)
         timed.extend(win.step_times)
         window_s.append(win.seconds)
@@ -464,7 +465,6 @@ def train(
         all_windows = np.concatenate([all_windows, new], axis=1)
         tput.append(per * world * len(chunk) / float(new.max()))
         est, half = _window_estimate(tput)
-    del extra_plan
     busy1 = contention.snapshot(root)
 
     busy = (time.process_time() - cpu0) / max(time.perf_counter() - wall0, 1e-9)

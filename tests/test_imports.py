@@ -75,3 +75,17 @@ def test_device_detection_reads_no_framework(monkeypatch: pytest.MonkeyPatch) ->
     has_gpu = driver.is_dir() and any(driver.iterdir())
     if not has_gpu and not list(Path("/dev").glob("nvidia[0-9]*")):
         assert spec.detect_device() is spec.Device.CPU
+
+
+def test_help_does_not_load_pandas() -> None:
+    from bench import cli, report
+
+    assert cli.DEFAULT_TARGET == report.DEFAULT_TARGET
+    proc = subprocess.run(
+        [sys.executable, "-c", "import sys\nfrom bench import cli\nprint('pandas' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert proc.stdout.strip() == "False"
