@@ -256,13 +256,11 @@ class RunSpec:
         for name in positive_ints:
             if getattr(self, name) < 1:
                 raise SpecError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not 0 <= self.seed < 2**32:
-            # one 32-bit word of every random stream's key (bench/streams.py)
-            raise SpecError(f"seed must be in [0, 2**32), got {self.seed}")
         if self.warmup_steps < 0:
             raise SpecError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
         if not 0 <= self.seed < 2**32:
-            # numpy's SeedSequence refuses negative seeds; torch's and paddle's stop at 2**64
+            # numpy's SeedSequence refuses negative seeds; torch's and paddle's stop at 2**64;
+            # and the seed is one 32-bit word of every random stream's key (bench/streams.py)
             raise SpecError(f"seed must be in [0, 2**32), got {self.seed}")
         if self.max_steps is not None and self.max_steps < 1:
             raise SpecError(f"max_steps must be >= 1 when given, got {self.max_steps}")
