@@ -12,11 +12,14 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import models
-from bench import collectives, launch, records, report
+from bench import launch, records
 from bench.spec import Engine, RunSpec, SpecError, add_spec_flags, spec_from_args
 from bench.sweep import Interrupted, SweepConfig, SweepError, load_config_file, run_sweep
 
 EXIT_BAD_INPUT = 2
+# bench.report's DEFAULT_TARGET, repeated so that `bench --help` need not import pandas
+# (tests/test_imports.py checks that the two agree)
+DEFAULT_TARGET = 0.95
 
 
 def _csv(kind: type) -> Callable[[str], tuple[object, ...]]:
@@ -110,6 +113,9 @@ def _parser() -> argparse.ArgumentParser:
     multi.add_argument(
         "--ssh-identity-file", dest="ssh_identity", help="ssh key horovodrun uses between hosts"
     )
+    from runners.protocol import add_measure_flags
+
+    add_measure_flags(run)
     run.add_argument("--results", default="results", help="results directory (default: results/)")
     run.add_argument("--force", action="store_true", help="rerun cells already recorded")
     run.add_argument("--dry-run", action="store_true", help="print the launch commands and exit")
@@ -162,7 +168,7 @@ def _parser() -> argparse.ArgumentParser:
     cmp_.add_argument(
         "--target-accuracy",
         type=float,
-        default=report.DEFAULT_TARGET,
+        default=DEFAULT_TARGET,
         help="accuracy for the time-to-target column (default: 0.95)",
     )
     cmp_.add_argument(
@@ -182,7 +188,7 @@ def _parser() -> argparse.ArgumentParser:
     coll.add_argument("--workers", default="2", help="worker counts, comma list")
     coll.add_argument(
         "--sizes",
-        default=",".join(str(n) for n in collectives.DEFAULT_SIZES),
+        default=",".join(str(n) for n in launch.COLLECTIVE_SIZES),
         help="message sizes in bytes (integers, multiples of 4), comma list; 4 KiB .. 64 MiB",
     )
     coll.add_argument("--iters", default="20", help="timed iterations per size")
@@ -239,6 +245,9 @@ def _sweep_inputs(args: argparse.Namespace) -> tuple[SweepConfig, RunSpec]:
         "master_port",
         "ssh_port",
         "ssh_identity",
+        "window_steps",
+        "target_ci",
+        "measure_cap_s",
     ):
         value = getattr(args, key)
         if value is not None:
@@ -311,6 +320,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                     print(shlex.join(node.command))
             print(f"# {len(cells)} cells", file=sys.stderr)
             return 0
+        from bench import contention
+
+        warning = contention.busy_warning(contention.machine_busy())
+        if warning:
+            print(f"bench run: {warning}", file=sys.stderr)
         with _stop_on_signals():
             outcomes = run_sweep(config, base, results, force=args.force)
     except (SweepError, SpecError, records.RecordsError) as exc:
@@ -367,6 +381,8 @@ def render_compare(
 
     For html, the figures' PNG bytes are appended to `figures` when it is given.
     """
+    from bench import collectives, report
+
     comps = report.compare(loaded.records, target)
     coll = collectives.tables(loaded.records)
     if not comps and not coll:
@@ -423,10 +439,11 @@ def _print_compare(
     paths: Sequence[str],
     fmt: str,
     sources: bool,
-    target: float = report.DEFAULT_TARGET,
+    target: float = DEFAULT_TARGET,
     out_dir: str | None = None,
 ) -> int:
-    loaded = records.load(paths)
+    # Tables need no per-step arrays: read cached summaries; the html report plots them.
+    loaded = records.load(paths) if fmt == "html" else records.load_summaries(paths)
     _report_skipped(loaded)
     figures: list[bytes] = []
     text = render_compare(loaded, fmt, target, figures)
@@ -461,6 +478,8 @@ def _print_compare(
             "final_accuracy",
             "source",
         ]
+        from bench import report
+
         df = report.frame(loaded.records)
         print(df[cols].sort_values(cols[:5]).to_string(index=False))
     print(f"{len(loaded.records)} records read, {len(loaded.problems)} skipped", file=sys.stderr)
@@ -522,7 +541,7 @@ def _diff(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     sets = []
     for path in (args.base, args.new):
-        loaded = records.load([path])
+        loaded = records.load_summaries([path])
         _report_skipped(loaded)
         sets.append(loaded.records)
     min_effect = regress.DEFAULT_MIN_EFFECT if args.min_effect is None else args.min_effect
@@ -554,6 +573,8 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def cmd_collectives(args: argparse.Namespace) -> int:
+    from bench import collectives
+
     try:
         plan = collectives.Plan.parse(
             engines=args.engines,

@@ -21,12 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-# Distinct stream tags so that the split, the epoch orders and synthetic data
-# never share random numbers even with the same user seed.
-_SPLIT_STREAM = 1
-_ORDER_STREAM = 2
-_SYNTH_STREAM = 3
-_AUGMENT_STREAM = 4
+from bench import streams
+from bench.streams import Stream
 
 
 class DataError(ValueError):
@@ -66,10 +62,6 @@ class Dataset:
         return h.hexdigest()[:16]
 
 
-def _rng(seed: int, *stream: int) -> np.random.Generator:
-    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, *stream])))
-
-
 def _standardise(train_x: np.ndarray, test_x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Scale by the training set's mean and std (scalars), so the test set leaks nothing."""
     mean, std = float(train_x.mean()), float(train_x.std()) or 1.0
@@ -80,7 +72,7 @@ def _standardise(train_x: np.ndarray, test_x: np.ndarray) -> tuple[np.ndarray, n
 
 
 def _split(x: np.ndarray, y: np.ndarray, seed: int, test_fraction: float, name: str) -> Dataset:
-    order = _rng(seed, _SPLIT_STREAM).permutation(len(x))
+    order = streams.rng(seed, Stream.SPLIT).permutation(len(x))
     n_test = round(len(x) * test_fraction)
     test, train = order[:n_test], order[n_test:]
     tx, vx = _standardise(x[train], x[test])
@@ -115,7 +107,7 @@ def load_synthetic(
 
     For token models: random ids from a SYNTHETIC_VOCAB vocabulary.
     """
-    rng = _rng(seed, _SYNTH_STREAM)
+    rng = streams.rng(seed, Stream.SYNTH)
     if tokens:
         (seq,) = input_shape
         ids = rng.integers(0, SYNTHETIC_VOCAB, (samples, seq + 1))
@@ -134,7 +126,7 @@ def _token_split(
     windows: np.ndarray, seed: int, test_fraction: float, name: str, vocab: int
 ) -> Dataset:
     """Windows of seq+1 ids as (input, next-token target) pairs, split by the seed."""
-    order = _rng(seed, _SPLIT_STREAM).permutation(len(windows))
+    order = streams.rng(seed, Stream.SPLIT).permutation(len(windows))
     n_test = round(len(windows) * test_fraction)
     test, train = windows[order[:n_test]], windows[order[n_test:]]
     return Dataset(
@@ -290,7 +282,7 @@ def load_cifar10(
 @functools.lru_cache(maxsize=2)
 def _augment_draws(seed: int, epoch: int, n: int, pad: int) -> tuple[np.ndarray, np.ndarray]:
     """Crop offsets [2, n] and flips [n] of every training sample this epoch (drawn once)."""
-    rng = _rng(seed, _AUGMENT_STREAM, epoch)
+    rng = streams.rng(seed, Stream.AUGMENT, epoch)
     return rng.integers(0, 2 * pad + 1, size=(2, n)), rng.random(n) < 0.5
 
 
@@ -356,7 +348,7 @@ def load_dataset(
 
 def epoch_order(seed: int, epoch: int, n: int) -> np.ndarray:
     """The one global sample order of this epoch, identical for every engine."""
-    return _rng(seed, _ORDER_STREAM, epoch).permutation(n)
+    return streams.rng(seed, Stream.ORDER, epoch).permutation(n)
 
 
 def steps_per_epoch(n_train: int, global_batch: int) -> int:

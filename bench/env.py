@@ -48,6 +48,46 @@ REDACTED = "<redacted>"
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
+# Frameworks that read the thread variables once, when they load.
+FRAMEWORKS = ("torch", "paddle", "horovod")
+
+
+def frameworks_loaded() -> list[str]:
+    """Which of the frameworks this process has imported so far."""
+    return [name for name in FRAMEWORKS if name in sys.modules]
+
+
+def openmp_threads() -> dict[str, int]:
+    """What each OpenMP runtime loaded in this process reports as its thread count.
+
+    torch uses libgomp and paddle ships libiomp5; each reads OMP_NUM_THREADS when it
+    loads, so a variable set too late shows here as the machine's core count. Read
+    from the runtimes themselves (omp_get_max_threads) via /proc/self/maps; {} where
+    none is loaded or /proc is missing.
+    """
+    import ctypes
+
+    try:
+        with open("/proc/self/maps") as fh:
+            paths = sorted(
+                {
+                    line.split()[-1]
+                    for line in fh
+                    if line.rsplit("/", 1)[-1].startswith(("libgomp", "libiomp", "libomp"))
+                }
+            )
+    except OSError:
+        return {}
+    found: dict[str, int] = {}
+    for path in paths:
+        if not path.startswith("/"):
+            continue
+        try:
+            found[Path(path).name] = int(ctypes.CDLL(path).omp_get_max_threads())
+        except (OSError, AttributeError):
+            continue
+    return found
+
 
 def set_thread_env(threads: int) -> None:
     """Set OMP/MKL threads before any framework is imported.

@@ -167,8 +167,8 @@ def _scaling_figure(comp: report.Comparison, style: _Style, figs: _Figures) -> l
     return [
         figs.add(
             fig,
-            "throughput and scaling efficiency: medians with 95% bootstrap "
-            "intervals as error bars, axes from 0",
+            "throughput and scaling efficiency: medians with 95% intervals (n beside each "
+            "in the tables) as error bars, axes from 0",
         )
     ]
 
@@ -395,13 +395,12 @@ def _timeline_figure(
     for _, row in frame[(frame["status"] == records.Status.OK)].iterrows():
         per = ((by_id[row["run_id"]].get("timeline") or {}).get("per_step_ms")) or {}
         if per:
-            steps = [t for t in row["step_times"]]
             rows.append(
                 {
                     "engine": row["engine"],
                     "workers": row["workers"],
                     **{p: float(per.get(p) or 0.0) for p in parts},
-                    "step": 1e3 * float(np.median(steps)) if steps else np.nan,
+                    "step": 1e3 * float(row["step_p50"]),
                 }
             )
     if not rows:

@@ -144,9 +144,13 @@ def frame(recs: Iterable[dict[str, Any]], target: float = DEFAULT_TARGET) -> pd.
                 "spec_group": _group_key(spec),  # the same spec on any machine (BASE/NEW)
                 "title": _title(spec),
                 "throughput": r.get("throughput"),
+                # other processes used the CPUs while it was timed (bench/contention.py)
+                "contended": bool(r.get("contended")),
                 "train_flops": ((r.get("flops_per_sample") or {}).get("train") or np.nan),
                 "rank_throughput": r.get("per_rank_throughput") or [],
-                "step_times": [t for rank in r.get("step_times_s") or [] for t in rank],
+                # per-run step-time quantiles over every rank's timed steps (from the
+                # record's arrays, or from its summary: records.summarise)
+                **_step_quantiles(r),
                 "final_accuracy": r.get("final_accuracy"),
                 "time_to_target": time_to_target(r.get("epochs") or [], target),
                 "peak_rss_mb": max(res.get("peak_rss_mb") or [np.nan]),
@@ -183,8 +187,20 @@ def _math(knobs: dict[str, Any]) -> str:
 _NOT_FAILED = (records.Status.OK, records.Status.UNAVAILABLE)
 
 
+def _step_quantiles(r: dict[str, Any]) -> dict[str, float]:
+    q = r.get("step_time_quantiles")
+    if q is None:
+        steps = [t for rank in r.get("step_times_s") or [] for t in rank]
+        if not steps:
+            return {"step_p50": np.nan, "step_p95": np.nan}
+        p50, p95 = np.percentile(np.asarray(steps, dtype=float), [50, 95])
+        return {"step_p50": float(p50), "step_p95": float(p95)}
+    return {"step_p50": float(q["p50"]), "step_p95": float(q["p95"])}
+
+
 def _interval(est: stats.Estimate, spec: str) -> str:
-    return "-" if est.low is None or est.high is None else f"[{est.low:{spec}}, {est.high:{spec}}]"
+    """'[low, high] n=N', or 'too few runs (n=N)': every interval shows its run count."""
+    return est.interval(spec)
 
 
 def _ok(df: pd.DataFrame) -> pd.DataFrame:
@@ -206,6 +222,12 @@ def _keep(
     )
 
 
+def _contended(cell: pd.DataFrame) -> str:
+    """'k/n' runs of a cell measured while other processes used the CPUs; '-' for none."""
+    k = int(cell["contended"].sum()) if "contended" in cell else 0
+    return f"{k}/{len(cell)}" if k else "-"
+
+
 def _throughput_rows(
     gdf: pd.DataFrame, twins: pd.DataFrame, iv: list[dict[str, Any]]
 ) -> pd.DataFrame:
@@ -224,33 +246,36 @@ def _throughput_rows(
             "efficiency": np.nan,
             "eff. 95% CI": "-",
             "comm %": "-",
+            "contended": _contended(good),
         }
         if len(good):
             tp = good["throughput"].tolist()
-            est = stats.bootstrap(tp)
+            est = stats.estimate(tp)
             row["samples/s"], row["95% CI"] = est.value, _interval(est, ",.0f")
             _keep(iv, engine, workers, "samples/s", est)
             # multi-node variants scale from the same engine's one worker
             single = cell["single_node_engine"].iloc[0]
             base = ok[(ok["engine"] == single) & (ok["workers"] == 1)]["throughput"].tolist()
             if base:
-                eff = stats.bootstrap_ratio(tp, base, float(workers))
+                eff = stats.ratio(tp, base, float(workers))
                 row["efficiency"], row["eff. 95% CI"] = eff.value, _interval(eff, ".2f")
                 _keep(iv, engine, workers, "efficiency", eff)
             nosync = _ok(twins[(twins["engine"] == engine) & (twins["workers"] == workers)])
             if workers > 1 and len(nosync):
                 # share of the compute-only throughput lost to unhidden communication
-                ratio = stats.bootstrap_ratio(tp, nosync["throughput"].tolist())
+                ratio = stats.ratio(tp, nosync["throughput"].tolist())
                 _keep(
                     iv,
                     engine,
                     workers,
                     "twin samples/s",
-                    stats.bootstrap(nosync["throughput"].tolist()),
+                    stats.estimate(nosync["throughput"].tolist()),
                 )
                 share = f"{1 - ratio.value:.0%}"
                 if ratio.low is not None and ratio.high is not None:
-                    share += f" [{1 - ratio.high:.0%}, {1 - ratio.low:.0%}]"
+                    share += f" [{1 - ratio.high:.0%}, {1 - ratio.low:.0%}] n={ratio.n}"
+                else:
+                    share += f" {stats.TOO_FEW} (n={ratio.n})"
                 row["comm %"] = share
         rows.append(row)
     return pd.DataFrame(rows).sort_values(["workers", "engine"]).reset_index(drop=True)
@@ -266,9 +291,7 @@ def _rank_rows(gdf: pd.DataFrame) -> pd.DataFrame:
             if ranks
             else (np.array([]),) * 3
         )
-        steps = np.concatenate(
-            [np.asarray(s, dtype=float) for s in cell["step_times"]] or [np.array([])]
-        )
+        p50, p95 = cell["step_p50"].dropna(), cell["step_p95"].dropna()
         rows.append(
             {
                 "engine": engine,
@@ -276,14 +299,16 @@ def _rank_rows(gdf: pd.DataFrame) -> pd.DataFrame:
                 "rank min/s": float(np.median(lo)) if lo.size else np.nan,
                 "rank median/s": float(np.median(mid)) if mid.size else np.nan,
                 "rank max/s": float(np.median(hi)) if hi.size else np.nan,
-                "step p50 ms": float(np.percentile(steps, 50) * 1e3) if steps.size else np.nan,
-                "step p95 ms": float(np.percentile(steps, 95) * 1e3) if steps.size else np.nan,
+                # medians over runs of each run's own step-time percentiles
+                "step p50 ms": float(p50.median() * 1e3) if len(p50) else np.nan,
+                "step p95 ms": float(p95.median() * 1e3) if len(p95) else np.nan,
                 # building a step's batch (augmentation included), outside the timed loop
                 "input ms": float(cell["input_ms"].median()),
                 # achieved compute: median throughput x training FLOPs per sample
                 "GFLOP/s": float(cell["throughput"].median() * cell["train_flops"].iloc[0] / 1e9),
                 "peak RSS MB": float(cell["peak_rss_mb"].max()),
                 "CPU util": float(cell["cpu_util"].mean()),
+                "contended": _contended(cell),
             }
         )
     return (
@@ -340,14 +365,15 @@ def _head_to_head_rows(gdf: pd.DataFrame, iv: list[dict[str, Any]]) -> pd.DataFr
     rows = []
     for workers, same_w in _ok(gdf).groupby("workers"):
         by_engine = {e: g["throughput"].tolist() for e, g in same_w.groupby("engine")}
+        flagged = {e: _contended(g) for e, g in same_w.groupby("engine")}
         best = max(by_engine, key=lambda e: float(np.median(by_engine[e])))
         for engine, tp in sorted(by_engine.items()):
-            est = stats.bootstrap_ratio(tp, by_engine[best])
+            est = stats.ratio(tp, by_engine[best])
             _keep(iv, engine, workers, "vs fastest", est)
             if engine == best:
                 verdict = "fastest"
             elif est.high is None:
-                verdict = "n/a (1 run)"
+                verdict = stats.TOO_FEW  # fewer than stats.MIN_RUNS on a side: no verdict
             else:
                 verdict = "slower (significant)" if est.high < 1.0 else "not significant"
             rows.append(
@@ -357,6 +383,7 @@ def _head_to_head_rows(gdf: pd.DataFrame, iv: list[dict[str, Any]]) -> pd.DataFr
                     "vs fastest": est.value,
                     "95% CI": _interval(est, ".2f"),
                     "verdict": verdict,
+                    "contended": flagged[engine],
                 }
             )
     return pd.DataFrame(rows)
@@ -408,6 +435,12 @@ def _notes(gdf: pd.DataFrame) -> list[str]:
         notes.append(
             f"unavailable: {engine} not installed where it ran, {len(rows)} run(s) recorded "
             f"without launching: {first[0] if first else 'no reason given'}"
+        )
+    if not ok.empty and ok["contended"].any():
+        notes.append(
+            f"WARNING: {int(ok['contended'].sum())} of {len(ok)} runs were measured while other "
+            "processes used the CPUs (column 'contended'): their throughput is understated, "
+            "and not equally for every engine; rerun them on a quiet machine"
         )
     for _, bad in gdf[~gdf["status"].isin(_NOT_FAILED)].iterrows():
         first = (bad["error"] or "").strip().splitlines()[:1]

@@ -11,10 +11,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import enum
+import importlib.util
 import math
+import os
+import re
 import types
 import typing
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 
@@ -78,12 +82,39 @@ class Device(str, enum.Enum):
 
 
 def detect_device() -> Device:
-    """cuda when torch sees a CUDA GPU here, else cpu."""
-    try:
-        import torch
-    except ImportError:
+    """cuda when this machine has an NVIDIA GPU that the installed torch can use, else cpu.
+
+    Decided without importing a framework (building a spec must stay cheap, and the
+    runners set thread variables before any framework loads): a GPU is present when
+    the NVIDIA driver lists one (/proc/driver/nvidia/gpus/*, or a /dev/nvidiaN device
+    node) and CUDA_VISIBLE_DEVICES does not hide them all; torch can use it when its
+    build names a CUDA version (torch/version.py, read as text). Where this guesses
+    wrong, `--device cpu|cuda` decides, and the runner refuses cuda without a GPU.
+    """
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1", "NoDevFiles"):
         return Device.CPU
-    return Device.CUDA if torch.cuda.is_available() else Device.CPU
+    gpus = Path("/proc/driver/nvidia/gpus")
+    present = (gpus.is_dir() and any(gpus.iterdir())) or any(
+        p.name[len("nvidia") :].isdigit() for p in Path("/dev").glob("nvidia[0-9]*")
+    )
+    return Device.CUDA if present and _torch_cuda_build() else Device.CPU
+
+
+def _torch_cuda_build() -> bool:
+    """Whether the installed torch was built with CUDA, read from torch/version.py as text."""
+    try:
+        found = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return False
+    for folder in (found.submodule_search_locations or []) if found else []:
+        try:
+            text = (Path(folder) / "version.py").read_text()
+        except OSError:
+            continue
+        match = re.search(r"^cuda\b[^=]*=\s*(.+)$", text, re.MULTILINE)
+        return match is not None and match.group(1).strip() not in ("None", "''", '""')
+    return False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,7 +259,8 @@ class RunSpec:
         if self.warmup_steps < 0:
             raise SpecError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
         if not 0 <= self.seed < 2**32:
-            # numpy's SeedSequence refuses negative seeds; torch's and paddle's stop at 2**64
+            # numpy's SeedSequence refuses negative seeds; torch's and paddle's stop at 2**64;
+            # and the seed is one 32-bit word of every random stream's key (bench/streams.py)
             raise SpecError(f"seed must be in [0, 2**32), got {self.seed}")
         if self.max_steps is not None and self.max_steps < 1:
             raise SpecError(f"max_steps must be >= 1 when given, got {self.max_steps}")

@@ -1,19 +1,45 @@
-"""Statistics for noisy measurements: medians with bootstrap confidence intervals.
+"""Statistics for noisy measurements: medians with intervals whose coverage holds at small n.
 
-Timing on shared machines is skewed by outliers, so the centre is the median and
-the interval is a percentile bootstrap of it; with fewer than 2 values there is
-no interval, and the reports say so instead of inventing one.
+A cell of a sweep has a handful of runs; each run's throughput is one value.
+Intervals for one cell (`estimate`), and the method, by number of runs n:
+
+- n >= 6: the exact order-statistic (binomial) interval of the median,
+  [x_(k), x_(n+1-k)] with k the largest rank for which P(Binomial(n, 1/2) < k) <=
+  2.5%. Distribution-free: it covers the true median with probability >= 95% for
+  any continuous distribution (96.9% at n = 6, 97.9% at n = 10).
+- 3 <= n <= 5: no order-statistic interval reaches 95% (at n = 5 the min-max
+  covers 93.75%, at n = 3 only 75%: what a percentile bootstrap of the median
+  gives). Instead a t-interval on log throughput, exact when run-to-run noise is
+  log-normal (multiplicative), transformed back; it is widened where needed to
+  contain the median shown.
+- n < 3: "too few runs": no interval, and no verdict is drawn from it.
+
+Each run's value already contains its within-run noise (its windows), so the
+spread between runs is the whole uncertainty of a cell; within-run windows decide
+when a run has measured enough (`median_interval` over its window throughputs).
+
+Ratios of two cells (`ratio`: efficiency, head-to-head, communication share) use
+Welch's t-interval on the difference of mean log throughputs, needing >= 3 runs
+on each side. tests/test_stats.py checks the coverage of both by simulation.
+The percentile bootstrap (`bootstrap`, `bootstrap_ratio`) remains for large
+samples only (e.g. regressions over many runs).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 from collections.abc import Callable
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
+CONFIDENCE = 0.95
+MIN_RUNS = 3  # fewer runs give no interval and no verdict
+TOO_FEW = "too few runs"
 DEFAULT_RESAMPLES = 5000
 
 
@@ -23,11 +49,172 @@ class Estimate:
     low: float | None
     high: float | None
     n: int
+    method: str = "bootstrap"  # order-statistic | log-t | welch-log-t | bootstrap | too few runs
+
+    @property
+    def has_interval(self) -> bool:
+        return self.low is not None and self.high is not None
+
+    def interval(self, spec: str = ",.0f") -> str:
+        """'[low, high] n=N', or 'too few runs (n=N)' where there is no interval."""
+        if self.low is None or self.high is None:
+            return f"{TOO_FEW} (n={self.n})"
+        return f"[{self.low:{spec}}, {self.high:{spec}}] n={self.n}"
 
     def fmt(self, spec: str = ",.0f") -> str:
-        if self.low is None or self.high is None:
-            return f"{self.value:{spec}}"
-        return f"{self.value:{spec}} [{self.low:{spec}}, {self.high:{spec}}]"
+        return f"{self.value:{spec}} {self.interval(spec)}"
+
+
+# -- exact and small-sample intervals -------------------------------------------------
+
+
+@functools.lru_cache(maxsize=256)
+def order_rank(n: int, confidence: float = CONFIDENCE) -> int | None:
+    """Largest k with P(Binomial(n, 1/2) <= k - 1) <= (1 - confidence) / 2; None if none.
+
+    [x_(k), x_(n+1-k)] (1-based order statistics) then covers the median with
+    probability 1 - 2 P(B <= k - 1) >= confidence.
+    """
+    alpha = (1 - confidence) / 2
+    cdf, best = 0.0, None
+    for k in range(1, n // 2 + 1):
+        cdf += math.comb(n, k - 1) / 2**n  # P(B <= k - 1)
+        if cdf > alpha:
+            break
+        best = k
+    return best
+
+
+def order_coverage(n: int, confidence: float = CONFIDENCE) -> float | None:
+    """Exact coverage of the order-statistic interval at n (None where there is none)."""
+    k = order_rank(n, confidence)
+    if k is None:
+        return None
+    return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2**n
+
+
+def median_interval(values: ArrayLike, confidence: float = CONFIDENCE) -> Estimate:
+    """Median with its exact order-statistic interval (no interval when n < 6 at 95%)."""
+    arr = np.sort(np.asarray(values, dtype=np.float64))
+    if arr.size == 0:
+        raise ValueError("no values to estimate from")
+    point = float(np.median(arr))
+    k = order_rank(int(arr.size), confidence)
+    if k is None:
+        return Estimate(point, None, None, int(arr.size), TOO_FEW)
+    return Estimate(
+        point, float(arr[k - 1]), float(arr[arr.size - k]), int(arr.size), "order-statistic"
+    )
+
+
+def t_quantile(q: float, df: float) -> float:
+    """Quantile q (0.5 < q < 1) of Student's t with df >= 1 degrees of freedom.
+
+    Uses t = sqrt(df) tan(theta), under which the distribution function is
+    1/2 + c * integral_0^theta cos(phi)^(df-1) dphi: a smooth integrand (Gauss-Legendre
+    is exact to rounding), solved for theta by safeguarded Newton steps.
+    """
+    if not 0.5 < q < 1 or df < 1:
+        raise ValueError(f"t_quantile needs 0.5 < q < 1 and df >= 1, got q={q}, df={df}")
+    return _t_quantile(round(q, 12), round(float(df), 9))
+
+
+_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(48)
+
+
+@functools.lru_cache(maxsize=4096)
+def _t_quantile(q: float, df: float) -> float:
+    c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(math.pi)
+    target = (q - 0.5) / c
+
+    def area(theta: float) -> float:
+        phi = 0.5 * theta * (_GL_NODES + 1)
+        return float(0.5 * theta * np.dot(_GL_WEIGHTS, np.cos(phi) ** (df - 1)))
+
+    lo, hi = 0.0, math.pi / 2
+    z = NormalDist().inv_cdf(q)
+    theta = min(math.atan(z / math.sqrt(df)), hi * 0.999)
+    for _ in range(100):
+        f = area(theta) - target
+        if abs(f) < 1e-14:
+            break
+        if f > 0:
+            hi = theta
+        else:
+            lo = theta
+        slope = math.cos(theta) ** (df - 1)
+        step = theta - f / slope if slope > 0 else -1.0
+        theta = step if lo < step < hi else 0.5 * (lo + hi)
+        if hi - lo < 1e-15:
+            break
+    return math.sqrt(df) * math.tan(theta)
+
+
+def log_t_interval(values: ArrayLike, confidence: float = CONFIDENCE) -> tuple[float, float] | None:
+    """t-interval of the log-mean, transformed back; None for n < 2 or non-positive values."""
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.size < 2 or not np.all(arr > 0):
+        return None
+    logs = np.log(arr)
+    half = t_quantile(0.5 + confidence / 2, arr.size - 1) * float(np.std(logs, ddof=1))
+    half /= math.sqrt(arr.size)
+    centre = float(np.mean(logs))
+    return math.exp(centre - half), math.exp(centre + half)
+
+
+def estimate(values: ArrayLike, confidence: float = CONFIDENCE) -> Estimate:
+    """Median of one cell's runs with the interval its run count supports (see module doc)."""
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.size == 0:
+        raise ValueError("no values to estimate from")
+    point = float(np.median(arr))
+    n = int(arr.size)
+    if n < MIN_RUNS:
+        return Estimate(point, None, None, n, TOO_FEW)
+    if order_rank(n, confidence) is not None:
+        return median_interval(arr, confidence)
+    bounds = log_t_interval(arr, confidence)
+    if bounds is None:
+        return Estimate(point, None, None, n, TOO_FEW)
+    return Estimate(point, min(bounds[0], point), max(bounds[1], point), n, "log-t")
+
+
+def ratio(
+    num: ArrayLike, den: ArrayLike, scale: float = 1.0, *, confidence: float = CONFIDENCE
+) -> Estimate:
+    """median(num) / (scale x median(den)) with Welch's t-interval on log values.
+
+    n is the smaller group's size; either group under MIN_RUNS gives no interval.
+    """
+    a = np.asarray(num, dtype=np.float64)
+    b = np.asarray(den, dtype=np.float64)
+    if a.size == 0 or b.size == 0:
+        raise ValueError("no values to estimate from")
+    point = float(np.median(a) / (scale * np.median(b)))
+    n = int(min(a.size, b.size))
+    if n < MIN_RUNS or not (np.all(a > 0) and np.all(b > 0)):
+        return Estimate(point, None, None, n, TOO_FEW)
+    la, lb = np.log(a), np.log(b)
+    va, vb = float(np.var(la, ddof=1)) / a.size, float(np.var(lb, ddof=1)) / b.size
+    diff = float(np.mean(la) - np.mean(lb)) - math.log(scale)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        low = high = math.exp(diff)
+    else:
+        df = (va + vb) ** 2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))
+        half = t_quantile(0.5 + confidence / 2, max(df, 1.0)) * se
+        low, high = math.exp(diff - half), math.exp(diff + half)
+    return Estimate(point, min(low, point), max(high, point), n, "welch-log-t")
+
+
+def relative_half_width(est: Estimate) -> float | None:
+    """Half the interval's width over the point value (e.g. 0.02 for +-2%); None without one."""
+    if est.low is None or est.high is None or est.value == 0:
+        return None
+    return (est.high - est.low) / 2 / abs(est.value)
+
+
+# -- percentile bootstrap (large samples only) -------------------------------------------
 
 
 def bootstrap(

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 import tomllib
+import types
 import typing
 import uuid
 from collections.abc import Callable, Sequence
@@ -81,6 +82,10 @@ class SweepConfig:
     master_port: int = 29400
     ssh_port: int = 0  # horovodrun's ssh port to the other hosts; 0: ssh's default
     ssh_identity: str = ""  # horovodrun's ssh key; empty: ssh's default
+    # How each run measures (runners/protocol.py Measure); None: the runner's default.
+    window_steps: int | None = None
+    target_ci: float | None = None
+    measure_cap_s: float | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SweepConfig:
@@ -158,7 +163,22 @@ class SweepConfig:
                 engine_options.check(Engine(engine), {key: value})
             except SpecError as exc:
                 raise SweepError(f"--engine-option {item}: {exc}") from None
+        if self.window_steps is not None and self.window_steps < 1:
+            raise SweepError(f"window_steps must be >= 1, got {self.window_steps}")
+        if self.target_ci is not None and not 0 <= self.target_ci < 1:
+            raise SweepError(f"target_ci must be in [0, 1) (0.02 is +-2%), got {self.target_ci}")
+        if self.measure_cap_s is not None and self.measure_cap_s < 0:
+            raise SweepError(f"measure_cap_s must be >= 0, got {self.measure_cap_s}")
         return self
+
+    def measure_flags(self) -> tuple[str, ...]:
+        """Runner flags for how each run measures (only those set)."""
+        flags = {
+            "--window-steps": self.window_steps,
+            "--target-ci": self.target_ci,
+            "--measure-cap-s": self.measure_cap_s,
+        }
+        return tuple(a for k, v in flags.items() if v is not None for a in (k, str(v)))
 
     def options(self, engine: Engine) -> tuple[str, ...]:
         """The KEY=VALUE engine options that apply to `engine`'s cells."""
@@ -176,6 +196,10 @@ def _short(value: Any) -> str:
 
 def _setting(name: str, hint: Any, value: Any) -> Any:
     """One sweep setting checked against its annotation (config files hold any type)."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):  # X | None: unset or X
+        if value is None:
+            return None
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
     if typing.get_origin(hint) is tuple:
         item = typing.get_args(hint)[0]
         kind = {int: "integers", str: "strings"}.get(item, "names")
@@ -253,6 +277,8 @@ class Cell:
     seed_mode: str
     options: tuple[str, ...] = ()  # engine options KEY=VALUE for this cell's engine
     cluster: launch.Cluster | None = None  # None: this machine
+    # runner flags for how the run measures; they change no trained number, so not the key
+    measure: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -313,7 +339,14 @@ def plan(config: SweepConfig, base: RunSpec) -> list[Cell]:
                             if s.grad_sync or (config.comm_cost and workers > 1):
                                 cells.append(
                                     Cell(
-                                        engine, workers, s, repeat, config.seed_mode, opts, cluster
+                                        engine,
+                                        workers,
+                                        s,
+                                        repeat,
+                                        config.seed_mode,
+                                        opts,
+                                        cluster,
+                                        config.measure_flags(),
                                     )
                                 )
     return cells
@@ -550,6 +583,7 @@ def cell_argv(
         str(max(timeout / 2, 30.0)),
     ]
     runner_args += [a for k, v in labels.items() for a in ("--label", f"{k}={v}")]
+    runner_args += list(cell.measure)
     options = list(cell.options)
     if timeline and cell.engine is Engine.HOROVOD:
         options.append(f"timeline={log_dir / 'timeline.json'}")

@@ -12,8 +12,11 @@ import importlib
 
 from models.base import ModelDef, init_weights, weights_fingerprint
 
-# name -> module defining MODEL: a ModelDef. Imported lazily so that listing
-# models does not import a framework.
+# name -> module defining MODEL: a ModelDef. A model module holds only metadata
+# (description, default dataset, batch, kind, input shapes) and numpy code at import;
+# its torch and paddle builders import their framework when called. So listing
+# models or resolving a spec's default dataset never loads a framework
+# (tests/test_imports.py holds every model to that).
 _MODULES = {
     "mlp": "models.mlp:MODEL",
     "lenet": "models.lenet:MODEL",

@@ -14,10 +14,11 @@ from typing import Any
 
 import numpy as np
 
+from bench import streams
+from bench.streams import Stream
+
 Weights = dict[str, np.ndarray]
 Shape = tuple[int, ...]
-
-_INIT_STREAM = 4  # random stream tag for initial weights (see bench.data for the others)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +58,7 @@ def init_weights(model: ModelDef, input_shape: Shape, num_classes: int, seed: in
     sorted name order from one seeded stream, makes it framework-independent.
     """
     model.check_input(input_shape)
-    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, _INIT_STREAM])))
+    rng = streams.rng(seed, Stream.INIT)
     weights: Weights = {}
     for name, (shape, fan_in) in sorted(model.param_shapes(input_shape, num_classes).items()):
         bound = 1.0 / np.sqrt(fan_in)

@@ -7,11 +7,14 @@ Order of work, and why:
    hung in a collective.
 2. Threads are set before a framework is imported (the adapter module is
    imported only then), identically for every engine.
-3. Each rank times only its own training steps (device-synchronised), after
-   `warmup_steps`; each epoch's batches are prepared before its loop, losses
-   are read back after it, and evaluation is outside the timed region.
+3. Each rank times its own training steps in windows (`timed_window`): one
+   device synchronisation per window, per-step times from device events on a
+   GPU, after `warmup_steps`; each epoch's batches are prepared before its loop,
+   losses are read back after it, and evaluation is outside the timed region.
    Losses, timings and fingerprints are exchanged once per epoch and once at the
-   end, never inside a timed step.
+   end, never inside a window. After training, measurement-only windows are
+   added until the median window throughput is steady (`Measure`); the trained
+   result (weights, accuracy, losses) is taken before them.
 4. Rank 0 appends one record; a failure after start-up is recorded as failed, and
    a loss that becomes NaN/inf (seen by every rank in the per-epoch exchange) stops
    all ranks after that epoch and is recorded as diverged, with the step.
@@ -20,8 +23,10 @@ Order of work, and why:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import importlib
+import json
 import math
 import os
 import resource
@@ -35,8 +40,8 @@ from typing import Any
 import numpy as np
 
 import models
+from bench import contention, engine_options, records, stats
 from bench import data as bdata
-from bench import engine_options, records
 from bench import env as benv
 from bench.checks import InputError, check_device, check_engine, prepare, total_steps
 from bench.spec import Engine, SpecError, add_spec_flags, spec_from_args
@@ -87,7 +92,43 @@ def build_parser(engine: Engine) -> argparse.ArgumentParser:
         f"{engine.value}: {engine_options.describe(engine)}".replace("%", "%%"),
     )
     parser.add_argument("--quiet", action="store_true", help="no per-epoch progress lines")
+    add_measure_flags(parser)
     return parser
+
+
+def add_measure_flags(parser: argparse.ArgumentParser) -> None:
+    """--window-steps, --target-ci and --measure-cap-s (runners and `bench run` alike)."""
+    d = Measure()
+    group = parser.add_argument_group("measurement (changes no trained number)")
+    group.add_argument(
+        "--window-steps",
+        type=int,
+        default=None,
+        help=f"steps per timed window, one device synchronisation each (default: {d.window_steps})",
+    )
+    group.add_argument(
+        "--target-ci",
+        type=float,
+        default=None,
+        help="after training, measure more windows until the 95%% interval of the median "
+        f"window throughput is within +- this fraction; 0: off (default: {d.target_ci})",
+    )
+    group.add_argument(
+        "--measure-cap-s",
+        type=float,
+        default=None,
+        help=f"stop measuring more windows once timed steps took this long (default: {d.cap_s})",
+    )
+
+
+def measure_from_args(args: argparse.Namespace) -> Measure:
+    """The Measure given by parsed flags (unset ones keep their defaults); checked."""
+    given = {
+        "window_steps": getattr(args, "window_steps", None),
+        "target_ci": getattr(args, "target_ci", None),
+        "cap_s": getattr(args, "measure_cap_s", None),
+    }
+    return Measure(**{k: v for k, v in given.items() if v is not None}).check()
 
 
 def _labels(items: Sequence[str], flag: str = "--label") -> dict[str, str]:
@@ -117,6 +158,11 @@ def _gather_str(adapter: EngineAdapter, text: str, width: int = 128) -> list[str
     raw = text.encode()[:width].ljust(width, b"\0")
     rows = adapter.allgather(np.frombuffer(raw, dtype=np.uint8).copy())
     return [bytes(r.astype(np.uint8)).rstrip(b"\0").decode(errors="replace") for r in rows]
+
+
+def _gather_json(adapter: EngineAdapter, value: Any, width: int = 1024) -> list[Any]:
+    """Every rank's small JSON-able value, in rank order."""
+    return [json.loads(t) if t else None for t in _gather_str(adapter, json.dumps(value), width)]
 
 
 def peak_rss_mb() -> float:
@@ -150,6 +196,82 @@ class Diverged(Exception):
     """A loss became NaN or infinite: the run stops and is recorded as diverged."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Measure:
+    """How a run measures throughput (not part of the spec: it changes no trained number).
+
+    Steps are timed in windows of `window_steps`. After training, more windows are
+    measured (training on, after the final weights and accuracy are taken) until the
+    95% interval of the median window throughput is within +-`target_ci` of it, or
+    the timed seconds reach `cap_s`; 0 turns the extension off.
+    """
+
+    window_steps: int = 10
+    target_ci: float = 0.02
+    cap_s: float = 5.0
+
+    def check(self) -> Measure:
+        if self.window_steps < 1:
+            raise InputError(f"--window-steps must be >= 1, got {self.window_steps}")
+        if not 0 <= self.target_ci < 1:
+            raise InputError(f"--target-ci must be in [0, 1) (0.02 is +-2%), got {self.target_ci}")
+        if self.cap_s < 0:
+            raise InputError(f"--measure-cap-s must be >= 0, got {self.cap_s}")
+        return self
+
+
+def timed_window(adapter: EngineAdapter, steps: Sequence[tuple[Any, float]]) -> Window:
+    """The timed region: train `steps` back to back and time them as one window.
+
+    Invariants, which make the numbers those of the engine and not of the harness:
+    - every batch and learning rate was prepared before the window starts;
+    - nothing inside reads a value back from the device: losses stay device tensors,
+      read after the window;
+    - exactly one device synchronisation, after the last step: queued work is waited
+      for once, so a GPU never idles between steps for the host's sake;
+    - per-step times come from the adapter's timer (CUDA events on a torch GPU, the
+      host clock otherwise), whose marks do not wait for the device;
+    - the window's time is the host clock from before the first step to after the
+      synchronisation, so it covers all device work the steps queued.
+    """
+    timer = adapter.step_timer(len(steps))
+    losses: list[Any] = []
+    t0 = time.perf_counter()
+    for batch, lr in steps:
+        timer.mark()
+        losses.append(adapter.train_step(batch, lr))
+    timer.mark()
+    adapter.synchronize()
+    seconds = time.perf_counter() - t0
+    return Window(seconds, timer.step_times(), losses)
+
+
+@dataclasses.dataclass
+class Window:
+    seconds: float
+    step_times: list[float]
+    losses: list[Any]
+
+
+def _windows(first_step: int, n_steps: int, warmup: int, size: int) -> list[tuple[int, int, bool]]:
+    """(start, stop, timed) index ranges of one epoch's steps: warm-up steps form their
+    own untimed window, the rest windows of `size` (the epoch's last may be shorter)."""
+    out = []
+    s = 0
+    if first_step < warmup:
+        s = min(warmup - first_step, n_steps)
+        out.append((0, s, False))
+    while s < n_steps:
+        out.append((s, min(s + size, n_steps), True))
+        s = out[-1][1]
+    return out
+
+
+def _window_estimate(tput: Sequence[float]) -> tuple[stats.Estimate, float | None]:
+    est = stats.median_interval(tput)
+    return est, stats.relative_half_width(est)
+
+
 def train(
     adapter: EngineAdapter,
     model: models.ModelDef,
@@ -158,8 +280,10 @@ def train(
     record: dict[str, Any],
     quiet: bool,
     save: str | None,
+    measure: Measure | None = None,
 ) -> None:
     """The training protocol proper; fills `record` in place (rank 0's copy is written)."""
+    measure = measure or Measure()
     spec, rank, world = adapter.spec, adapter.rank, adapter.world_size
     per = spec.per_worker_batch(world)
     total = total_steps(spec, spe)
@@ -172,7 +296,9 @@ def train(
 
     test_idx = bdata.eval_shard(len(dataset.test_y), rank, world)
     order_hash = hashlib.sha256()
-    timed: list[float] = []
+    timed: list[float] = []  # per-step seconds of the timed windows
+    window_s: list[float] = []  # seconds of each timed window
+    window_n: list[int] = []  # steps in each timed window
     epochs: list[dict[str, Any]] = []
     step_losses: list[float] = []
     step = 0
@@ -180,27 +306,40 @@ def train(
     input_time, input_steps = 0.0, 0
     peak_mb: float | None = None  # training's peak device memory, staged batches excluded
     staged_mb: float | None = None
+    root = contention.run_tree_root()
+    busy0: contention.Snapshot | None = None
     wall0 = time.perf_counter()
     cpu0 = time.process_time()  # all threads of this process: compute, gloo, horovod's
     tag = f"[{adapter.engine.value} np={world}]"
-    for epoch in range(spec.epochs):
-        order = bdata.epoch_order(spec.seed, epoch, len(dataset.train_y))
-        # The epoch's batches and learning rates are prepared before its loop, so the
-        # loop does what a hand-written one does: step, synchronise, time.
-        n_steps = min(spe, total - step)
-        before_mb = adapter.device_memory_mb()
-        plan = []
-        t_in = time.perf_counter()  # the input pipeline: indices, augmentation, tensors
-        for s in range(n_steps):
+
+    def batches(epoch: int, order: np.ndarray, steps: range, hash_order: bool) -> list[Any]:
+        out = []
+        for s in steps:
             idx = bdata.shard(order, s, rank, per, world)
-            order_hash.update(idx.astype(np.int64).tobytes())
+            if hash_order:
+                order_hash.update(idx.astype(np.int64).tobytes())
             x = (
                 bdata.augment(dataset, idx, spec.seed, epoch)
                 if spec.augment
                 else dataset.train_x[idx]
             )
-            batch = adapter.to_batch(x, dataset.train_y[idx])
-            plan.append((batch, spec.lr_at(step + s, spe, world, total)))
+            out.append(adapter.to_batch(x, dataset.train_y[idx]))
+        return out
+
+    for epoch in range(spec.epochs):
+        order = bdata.epoch_order(spec.seed, epoch, len(dataset.train_y))
+        # The epoch's batches and learning rates are prepared before its loop, so the
+        # loop does what a hand-written one does: step, and synchronise once a window.
+        n_steps = min(spe, total - step)
+        before_mb = adapter.device_memory_mb()
+        t_in = time.perf_counter()  # the input pipeline: indices, augmentation, tensors
+        plan = list(
+            zip(
+                batches(epoch, order, range(n_steps), hash_order=True),
+                [spec.lr_at(step + s, spe, world, total) for s in range(n_steps)],
+                strict=True,
+            )
+        )
         input_time += time.perf_counter() - t_in
         input_steps += n_steps
         # The staged copies land before the first timed step, and the peak-memory window
@@ -210,18 +349,22 @@ def train(
         adapter.reset_peak_device_memory()
         pending: list[Any] = []  # loss tensors, read back after the loop (no per-step sync)
         train_time = 0.0
-        mark = None  # wall clock of the timed steps, harness work between them included
-        for batch, lr in plan:
-            if mark is None and step >= spec.warmup_steps:
+        mark = None  # wall clock of the timed windows, harness work between them included
+        for start, stop, is_timed in _windows(
+            step, n_steps, spec.warmup_steps, measure.window_steps
+        ):
+            if is_timed and mark is None:
                 mark = time.perf_counter()
-            t0 = time.perf_counter()
-            pending.append(adapter.train_step(batch, lr))
-            adapter.synchronize()
-            dt = time.perf_counter() - t0
-            train_time += dt
-            if step >= spec.warmup_steps:
-                timed.append(dt)
-            step += 1
+                if busy0 is None:
+                    busy0 = contention.snapshot(root)
+            win = timed_window(adapter, plan[start:stop])
+            pending.extend(win.losses)
+            train_time += win.seconds
+            if is_timed:
+                timed.extend(win.step_times)
+                window_s.append(win.seconds)
+                window_n.append(stop - start)
+        step += n_steps
         if mark is not None:
             loop_wall += time.perf_counter() - mark
         epoch_peak = adapter.peak_device_memory_mb()
@@ -286,6 +429,44 @@ def train(
         if step >= total:
             break
 
+    # The trained result, before any measurement-only steps change the weights.
+    final_state = adapter.state()
+    final_fps = _gather_str(adapter, models.weights_fingerprint(final_state))
+    train_wall = time.perf_counter() - wall0
+
+    # Throughput until steady: every rank computes the same decision from gathered times.
+    all_windows = adapter.allgather(np.asarray(window_s, dtype=np.float64))  # [world, n]
+    tput = (per * world * np.asarray(window_n) / all_windows.max(axis=0)).tolist()
+    est, half = _window_estimate(tput)
+    extra = 0
+    # measurement windows draw the data of the epochs after training, a window at a time
+    extra_epoch, extra_pos = spec.epochs, spe
+    extra_order = np.zeros(0, dtype=np.int64)
+    stopped_by = "disabled" if measure.target_ci == 0 else "target_ci"
+    last_lr = spec.lr_at(total - 1, spe, world, total)
+    while measure.target_ci > 0 and (half is None or half > measure.target_ci):
+        spent = float(all_windows.sum(axis=1).max()) if all_windows.size else 0.0
+        if spent >= measure.cap_s:
+            stopped_by = "time_cap"
+            break
+        if extra_pos >= spe:
+            extra_order = bdata.epoch_order(spec.seed, extra_epoch, len(dataset.train_y))
+            extra_epoch, extra_pos = extra_epoch + 1, 0
+        span = range(extra_pos, min(extra_pos + measure.window_steps, spe))
+        extra_pos = span.stop
+        # prepared outside the timed window, like every epoch's batches
+        chunk = [(b, last_lr) for b in batches(extra_epoch - 1, extra_order, span, False)]
+        win = timed_window(adapter, chunk)
+        timed.extend(win.step_times)
+        window_s.append(win.seconds)
+        window_n.append(len(chunk))
+        extra += len(chunk)
+        new = adapter.allgather(np.asarray([win.seconds], dtype=np.float64))
+        all_windows = np.concatenate([all_windows, new], axis=1)
+        tput.append(per * world * len(chunk) / float(new.max()))
+        est, half = _window_estimate(tput)
+    busy1 = contention.snapshot(root)
+
     busy = (time.process_time() - cpu0) / max(time.perf_counter() - wall0, 1e-9)
     gpu_mb = peak_mb
     usage = adapter.allgather(
@@ -302,12 +483,14 @@ def train(
         )
     )
     step_times = adapter.allgather(np.asarray(timed, dtype=np.float64))  # [world, n_timed]
-    per_rank_total = step_times.sum(axis=1)
     n_timed = step_times.shape[1]
-    final_state = adapter.state()
-    final_fps = _gather_str(adapter, models.weights_fingerprint(final_state))
+    # every rank's window seconds summed: what its timed steps took, synchronised
+    per_rank_total = all_windows.sum(axis=1)
+    n_train_timed = n_timed - extra
     order_fps = _gather_str(adapter, order_hash.hexdigest()[:16])
     hosts = _gather_str(adapter, socket.gethostname())
+    load = contention.summarise(busy0, busy1)
+    loads = _gather_json(adapter, load)
     adapter.barrier()
     record.update(adapter.finish(step))
     # options that change training (not where files go) distinguish runs in compare
@@ -317,7 +500,13 @@ def train(
         {
             "engine_versions": adapter.versions(),
             "knobs": adapter.knobs(),
-            "threads": adapter.threads(),
+            # as each framework and OpenMP runtime reports them, read back after training
+            "threads": {
+                **record.get("threads", {}),
+                **adapter.threads(),
+                "openmp": benv.openmp_threads(),
+                "frameworks_loaded": benv.frameworks_loaded(),
+            },
             "hosts": hosts,
             # Launcher's node count (namespaces share a hostname, so hosts cannot tell).
             "nodes": world // max(adapter.local_world_size, 1),
@@ -366,12 +555,38 @@ def train(
                 ),
             },
             "step_times_s": step_times.tolist(),
+            "window_times_s": all_windows.tolist(),  # [rank][window], one sync per window
+            "window_steps": window_n,
+            # global samples/s of each window, timed by its slowest rank
+            "window_throughput": tput,
+            "measurement": {
+                "window_steps": measure.window_steps,
+                "windows": len(window_n),
+                "step_clock": adapter.step_timer(0).clock,
+                "target_ci": measure.target_ci,
+                "cap_s": measure.cap_s,
+                # target_ci: the interval got narrow enough; time_cap: it did not in time;
+                # disabled: training's own windows only
+                "stopped_by": stopped_by,
+                "window_median": est.value,
+                "window_ci": [est.low, est.high],
+                "ci_half_width": half,
+                "training_timed_steps": n_train_timed,
+                "extra_steps": extra,  # measurement-only steps after the trained result
+            },
+            # what else used the CPUs while this run was timed, per rank (bench/contention.py)
+            "contention": loads,
+            "contended": any(bool(c and c.get("contended")) for c in loads),
             "throughput": per * world * n_timed / float(per_rank_total.max()),
             "per_rank_throughput": (per * n_timed / per_rank_total).tolist(),
             # the same samples over the timed loop's wall time, so whatever the harness does
-            # between steps counts against it (compared with hand-written loops in
+            # between windows counts against it (compared with hand-written loops in
             # tests/benchmarks/overhead.py)
-            "loop_throughput": per * world * n_timed / float(usage[:, 3].max()),
+            "loop_throughput": (
+                per * world * n_train_timed / float(usage[:, 3].max())
+                if n_train_timed and float(usage[:, 3].max()) > 0
+                else None
+            ),
             "flops_per_sample": (
                 None
                 if model.flops is None
@@ -385,7 +600,7 @@ def train(
             "final_accuracy": epochs[-1]["test_accuracy"],
             "final_loss": epochs[-1]["test_loss"],
             # the training phase: first batch prepared to last result gathered
-            "training_wall_s": time.perf_counter() - wall0,
+            "training_wall_s": train_wall,
         }
     )
     if save and rank == 0:
@@ -404,11 +619,15 @@ def main(engine: Engine, argv: Sequence[str] | None = None) -> int:
         except ValueError as exc:
             raise InputError(f"--label: {exc}") from None
         options = _labels(args.engine_option, "--engine-option")
+        measure = measure_from_args(args)
         records.check_writable(args.results)
     except (SpecError, InputError, records.RecordsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    benv.set_thread_env(spec.threads)  # before the framework is imported below
+    # Before the framework is imported below; frameworks already loaded would have read
+    # the old values (the record lists them: it must be empty).
+    loaded_early = benv.frameworks_loaded()
+    benv.set_thread_env(spec.threads)
     try:
         adapter = _load_adapter(engine)(spec, args.collective_timeout, options)
         model, dataset, spe = prepare(spec, adapter.expected_world_size())
@@ -426,10 +645,11 @@ def main(engine: Engine, argv: Sequence[str] | None = None) -> int:
     record = records.new_record(
         spec.to_dict(), engine.value, adapter.world_size, labels, _launcher()
     )
+    record["threads"] = {"frameworks_before_thread_env": loaded_early}
     record.update(benv.oversubscription(adapter.local_world_size, spec.threads))
     code = 0
     try:
-        train(adapter, model, dataset, spe, record, args.quiet, args.save)
+        train(adapter, model, dataset, spe, record, args.quiet, args.save, measure)
     except Diverged as exc:
         record["status"] = records.Status.DIVERGED
         record["error"] = str(exc)

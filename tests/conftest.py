@@ -17,6 +17,13 @@ from bench.spec import Engine
 ROOT = Path(__file__).resolve().parent.parent
 # Generous: a healthy 2-process run here takes 5-10 s; the limit only stops a hang.
 RUN_TIMEOUT_S = 240
+# Tests check what runs train, not how steady their throughput is: no measurement-only
+# windows after training (tests/test_timing.py covers those), unless a test asks.
+NO_EXTRA_WINDOWS = ["--target-ci", "0"]
+
+
+def _measure_args(args: list[str]) -> list[str]:
+    return args if "--target-ci" in args else [*args, *NO_EXTRA_WINDOWS]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -63,7 +70,7 @@ def _run_engine_once(
     argv = launch.launch_argv(
         engine,
         nproc,
-        [*args, "--results", str(results), "--quiet"],
+        [*_measure_args(args), "--results", str(results), "--quiet"],
         log_dir=results / "logs" / f"{engine.value}-{nproc}-{before}",
     )
     proc = subprocess.run(
@@ -86,7 +93,7 @@ def run_direct(
         [
             sys.executable,
             str(launch.RUNNER_SCRIPTS[engine]),
-            *args,
+            *_measure_args(args),
             "--results",
             str(results),
             "--quiet",

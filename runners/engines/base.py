@@ -8,6 +8,8 @@ framework. Adding a fourth engine is one new adapter file and one entry script.
 from __future__ import annotations
 
 import abc
+import itertools
+import time
 from typing import Any
 
 import numpy as np
@@ -24,6 +26,28 @@ LOSS_SCALER: dict[str, Any] = {
     "backoff_factor": 0.5,
     "growth_interval": 2000,
 }
+
+
+class StepTimer:
+    """Per-step times inside one timed window, without waiting for the device.
+
+    The protocol calls `mark()` before each step and once after the last, then
+    synchronises the device once, then reads `step_times()`. This one reads the
+    host clock: on CPU that is the step's time; on a GPU it is only when the host
+    queued the step, so GPU adapters return a timer built on device events.
+    """
+
+    def __init__(self) -> None:
+        self._marks: list[float] = []
+
+    def mark(self) -> None:
+        self._marks.append(time.perf_counter())
+
+    def step_times(self) -> list[float]:
+        """Seconds per step (call after the window's synchronisation)."""
+        return [b - a for a, b in itertools.pairwise(self._marks)]
+
+    clock = "host"
 
 
 class EngineAdapter(abc.ABC):
@@ -100,7 +124,15 @@ class EngineAdapter(abc.ABC):
         """Sum-allreduce `buf` in place with the engine's own collective, as training uses it."""
 
     def synchronize(self) -> None:  # noqa: B027 (optional hook: CPU engines need nothing)
-        """Wait for queued device work so a step's time is its real time (no-op on CPU)."""
+        """Wait for all queued device work (no-op on CPU); called once per timed window."""
+
+    def step_timer(self, steps: int) -> StepTimer:
+        """A timer for a window of `steps` steps, created before the window starts.
+
+        The default reads the host clock; an adapter on a GPU overrides it with device
+        events, so that per-step times need no synchronisation inside the window.
+        """
+        return StepTimer()
 
     @abc.abstractmethod
     def versions(self) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import inspect
+import itertools
 import os
 import socket
 from typing import Any
@@ -31,7 +32,7 @@ from bench.spec import (
     SpecError,
 )
 from models.base import ModelDef, Shape, Weights
-from runners.engines.base import LOSS_SCALER, EngineAdapter
+from runners.engines.base import LOSS_SCALER, EngineAdapter, StepTimer
 
 
 def _swap_batchnorm(module: torch.nn.Module, make: Any) -> None:
@@ -114,6 +115,29 @@ class _PrescaledFP16:
 
 # Recorded for every engine that compresses: the order of operations of the fp16 allreduce.
 FP16_COMPRESSION = "cast to fp16, divide by world size, sum in fp16, cast back"
+
+
+class CudaStepTimer(StepTimer):
+    """Per-step times from CUDA events on the current stream: marks never wait for the GPU.
+
+    Events are created before the window (creating one is not free); `step_times`
+    reads them after the window's single synchronisation.
+    """
+
+    clock = "cuda_events"
+
+    def __init__(self, steps: int) -> None:
+        super().__init__()
+        self._events = [torch.cuda.Event(enable_timing=True) for _ in range(steps + 1)]
+        self._used = 0
+
+    def mark(self) -> None:
+        self._events[self._used].record()
+        self._used += 1
+
+    def step_times(self) -> list[float]:
+        used = self._events[: self._used]
+        return [a.elapsed_time(b) / 1e3 for a, b in itertools.pairwise(used)]
 
 
 class TorchAdapter(EngineAdapter):
@@ -242,6 +266,11 @@ class TorchAdapter(EngineAdapter):
     def synchronize(self) -> None:
         if self.spec.device is Device.CUDA:
             torch.cuda.synchronize(self.device)
+
+    def step_timer(self, steps: int) -> StepTimer:
+        if self.spec.device is Device.CUDA:
+            return CudaStepTimer(steps)
+        return StepTimer()
 
     def peak_device_memory_mb(self) -> float | None:
         if self.spec.device is Device.CUDA:

@@ -1,0 +1,51 @@
+"""Contention is measured: other processes' CPU time during the timed region, flagged."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import contention
+from bench.contention import Snapshot
+from bench.spec import Engine
+from tests.conftest import ok_record, run_direct
+
+
+def test_own_processes_do_not_count_as_contention() -> None:
+    start = Snapshot(wall=0.0, busy_s=0.0, steal_s=0.0, total_s=0.0, tree_cpu_s=0.0)
+    # 2 s of wall on 2 cores: the machine was busy 3.9 CPU-s, of which the run used 3.8
+    quiet = Snapshot(wall=2.0, busy_s=3.9, steal_s=0.0, total_s=4.0, tree_cpu_s=3.8)
+    summary = contention.summarise(start, quiet)
+    assert summary is not None
+    assert summary["other_cpu_cores"] == pytest.approx(0.05)
+    assert not summary["contended"]
+    busy = Snapshot(wall=2.0, busy_s=3.9, steal_s=0.0, total_s=4.0, tree_cpu_s=2.0)
+    assert contention.summarise(start, busy)["contended"]  # type: ignore[index]
+    stolen = Snapshot(wall=2.0, busy_s=1.0, steal_s=0.2, total_s=4.0, tree_cpu_s=1.0)
+    assert contention.summarise(start, stolen)["contended"]  # type: ignore[index]
+    assert contention.summarise(None, quiet) is None
+
+
+def test_busy_warning_names_the_load() -> None:
+    sample = {"other_cpu_cores": 1.5, "cpu_count": 2, "loadavg_1m": 3.0, "steal_fraction": 0.0}
+    text = contention.busy_warning(sample)
+    assert text is not None and "1.50 of 2 cores" in text
+    assert contention.busy_warning({**sample, "other_cpu_cores": 0.01}) is None
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="needs Linux /proc/stat")
+def test_a_busy_neighbour_flags_the_run(tmp_path: Path) -> None:
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        args = ["--model", "mlp", "--max-steps", "300", "--warmup-steps", "5"]
+        rec = ok_record(*run_direct(Engine.DDP, args, tmp_path))
+    finally:
+        burner.kill()
+        burner.wait()
+    (load,) = rec["contention"]
+    assert load["other_cpu_cores"] > contention.OTHER_CORES_LIMIT, load
+    assert rec["contended"] is True
+    assert load["own_cpu_cores"] > 0  # the run's own CPU time was measured, and excluded
