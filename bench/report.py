@@ -109,6 +109,19 @@ def time_to_target(epochs: list[dict[str, Any]], target: float) -> float | None:
     return None
 
 
+def _variant(r: dict[str, Any]) -> str:
+    """The engine as compare names it: `horovod[mpi]` for Horovod's MPI controller (the one
+    that ran, from knobs), then every other option that changes training, `[key=value]`."""
+    options = dict(r.get("engine_options") or {})
+    controller = (r.get("knobs") or {}).get("controller") or options.get("controller")
+    options.pop("controller", None)
+    return (
+        str(r.get("engine"))
+        + (f"[{controller}]" if controller not in (None, "gloo") else "")
+        + "".join(f"[{k}={v}]" for k, v in sorted(options.items()))
+    )
+
+
 def frame(recs: Iterable[dict[str, Any]], target: float = DEFAULT_TARGET) -> pd.DataFrame:
     """One row per training record with the columns the reports use."""
     rows = []
@@ -123,9 +136,7 @@ def frame(recs: Iterable[dict[str, Any]], target: float = DEFAULT_TARGET) -> pd.
         machine = benv.machine_key(env)
         libraries = json.dumps(env.get("libraries", {}), sort_keys=True)
         oversub, budget = oversubscription(r)
-        variant = str(r.get("engine")) + "".join(
-            f"[{k}={v}]" for k, v in sorted((r.get("engine_options") or {}).items())
-        )
+        variant = _variant(r)
         rows.append(
             {
                 "run_id": r.get("run_id"),
