@@ -6,6 +6,7 @@ Always argv lists, never shell strings: no user-provided value reaches a shell.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 import shlex
@@ -44,19 +45,22 @@ def _horovodrun(python: str) -> str:
     return found
 
 
-def horovod_controllers(python: str | None = None) -> set[str]:
+@functools.cache
+def horovod_controllers(python: str | None = None) -> frozenset[str]:
     """The controllers ("gloo", "mpi") the Horovod beside `python` was built with.
 
     Read from `horovodrun --check-build`, Horovod's own report, so that it is known
-    before anything launches and without importing torch here.
+    before anything launches and without importing torch here. It imports torch in a
+    child process (seconds; minutes on a machine loaded many times over), once per
+    interpreter.
     """
     argv = [_horovodrun(python or sys.executable), "--check-build"]
     try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True).stdout
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=True).stdout
     except (OSError, subprocess.SubprocessError) as exc:
         raise LaunchError(f"cannot read Horovod's build ({shlex.join(argv)}): {exc}") from None
     section = out.partition("Available Controllers:")[2].partition("Available Tensor")[0]
-    return {m.lower() for m in re.findall(r"\[X\]\s+(\w+)", section)}
+    return frozenset(m.lower() for m in re.findall(r"\[X\]\s+(\w+)", section))
 
 
 def _mpi_root_env() -> list[str]:

@@ -159,6 +159,7 @@ def frame(recs: Iterable[dict[str, Any]], target: float = DEFAULT_TARGET) -> pd.
                 "rank_throughput": r.get("per_rank_throughput") or [],
                 "step_times": [t for rank in r.get("step_times_s") or [] for t in rank],
                 "final_accuracy": r.get("final_accuracy"),
+                "step_losses": r.get("step_losses") or [],
                 "time_to_target": time_to_target(r.get("epochs") or [], target),
                 "peak_rss_mb": max(res.get("peak_rss_mb") or [np.nan]),
                 "input_ms": max((r.get("input_pipeline") or {}).get("ms_per_step") or [np.nan]),
@@ -304,6 +305,17 @@ def _rank_rows(gdf: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def _loss_trajectory(runs: pd.Series) -> str:
+    """Mean training loss over runs at the first, middle and last step: how the runs
+    descended, so variants that reduce differently (e.g. Adasum vs averaging) compare."""
+    curves = [np.asarray(c, dtype=float) for c in runs if len(c)]
+    n = min((len(c) for c in curves), default=0)
+    if not n:
+        return "-"
+    mean = np.mean([c[:n] for c in curves], axis=0)
+    return " / ".join(f"{mean[i]:.4g}" for i in (0, n // 2, n - 1))
+
+
 def _accuracy_rows(gdf: pd.DataFrame, target: float) -> pd.DataFrame:
     ok = _ok(gdf)
     rows = []
@@ -338,6 +350,7 @@ def _accuracy_rows(gdf: pd.DataFrame, target: float) -> pd.DataFrame:
                 f"time to {target:.0%} s": float(ttt.median()) if len(ttt) else np.nan,
                 "reached": f"{len(ttt)}/{len(cell)}",
                 "parity vs others": parity,
+                "train loss start/mid/end": _loss_trajectory(cell["step_losses"]),
             }
         )
     return (

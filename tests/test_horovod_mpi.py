@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from bench import engine_options, launch, records, sweep
@@ -110,7 +111,10 @@ def test_mpi_refused_before_launch_on_a_gloo_only_build(tmp_path: Path, option: 
 
 def test_mpi_refused_for_multinode_runs() -> None:
     config = sweep.SweepConfig(
-        engines=(Engine.HOROVOD,), engine_options=("horovod:controller=mpi",), hosts="a:1,b:1"
+        engines=(Engine.HOROVOD,),
+        workers=(2,),
+        engine_options=("horovod:controller=mpi",),
+        hosts="a:1,b:1",
     ).validate()
     with pytest.raises(sweep.SweepError, match="runs on one host only here"):
         sweep.check_horovod_controller(config)
@@ -124,6 +128,25 @@ def test_adasum_with_gloo_controller_is_refused_by_the_runner(tmp_path: Path) ->
     )
     assert proc.returncode == 2 and "adasum=true needs controller=mpi" in proc.stderr
     assert recs == []
+
+
+@pytest.mark.skipif("mpi" in BUILT, reason="this Horovod has MPI: the refusal is for Gloo-only")
+@pytest.mark.parametrize("option", ["adasum=true", "controller=mpi"])
+def test_gloo_only_build_refuses_mpi_in_the_runner(tmp_path: Path, option: str) -> None:
+    proc, recs = run_direct(Engine.HOROVOD, ["--engine-option", option], tmp_path)
+    assert proc.returncode == 2 and f"{option} needs Horovod built with MPI" in proc.stderr
+    assert recs == []
+
+
+@pytest.mark.skipif("mpi" in BUILT, reason="this Horovod has MPI: the refusal is for Gloo-only")
+def test_gloo_only_build_refuses_mpi_before_launch(tmp_path: Path) -> None:
+    proc = _bench(
+        "run", "--engines", "horovod", "--engine-option", "horovod:controller=mpi",
+        *COMMON, "--results", str(tmp_path / "res"),
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "controller=mpi needs Horovod built with MPI; this Horovod has gloo only" in proc.stderr
+    assert not (tmp_path / "res").exists() or not records.load([tmp_path / "res"]).records
 
 
 def test_variant_names_the_controller_that_ran() -> None:
@@ -218,3 +241,11 @@ def test_adasum_trains_over_mpi_next_to_averaging(mpi_results: Path) -> None:
     assert a[-1] < a[0]  # and it trains
     out = _bench("compare", str(mpi_results), timeout=300).stdout
     assert "horovod[mpi][adasum=true]" in out, out
+
+
+def test_compare_reports_the_loss_trajectory() -> None:
+    from bench.report import _loss_trajectory
+
+    runs = pd.Series([[2.0, 1.0, 0.5, 0.25], [4.0, 3.0, 1.5, 0.75]])
+    assert _loss_trajectory(runs) == "3 / 1 / 0.5"  # mean at steps 0, 2 and 3
+    assert _loss_trajectory(pd.Series([[]])) == "-"
