@@ -1,9 +1,10 @@
 """Horovod over MPI: the controller as a recorded knob, Adasum, and the refusals.
 
 Measured on the 2-core CPU machine (horovod 0.28.1 built with MPI and Gloo, OpenMPI
-4.1.4, torch 2.13.0): at 2 workers, 24 mlp steps, Horovod's step losses over MPI and
-over Gloo both equal DDP's to MEASURED (CPU tensor operations stay on Gloo under either
-controller; only the coordination differs); asserted to 1e-6 relative.
+4.1.4, torch 2.13.0): at 2 workers, 22 mlp steps (one epoch of digits), Horovod's
+step losses over MPI and over Gloo are identical to DDP's (max relative difference 0.0;
+CPU tensor operations stay on Gloo under either controller, only the coordination
+differs); asserted to 1e-6 relative.
 """
 
 from __future__ import annotations
@@ -208,7 +209,8 @@ def test_horovod_over_mpi_and_gloo_match_ddp(mpi_results: Path) -> None:
         assert rec["engine_versions"]["horovod_build"]["mpi"] is True
         assert rec["fingerprints"]["init_weights"] == runs["ddp", 2]["fingerprints"]["init_weights"]
         losses = np.asarray(rec["step_losses"])
-        assert losses.shape == ddp.shape and losses.size == 24
+        assert losses.shape == ddp.shape and losses.size >= 20
+        print(variant, "max relative difference to DDP:", np.abs(losses / ddp - 1).max())
         np.testing.assert_allclose(losses, ddp, rtol=1e-6, err_msg=variant)
     assert runs["horovod[mpi]", 2]["engine_options"] == {"controller": "mpi"}
     assert runs["horovod[mpi]", 2]["launcher"]["name"] == "mpirun"
@@ -223,8 +225,9 @@ def test_compare_shows_both_controllers_with_efficiency(mpi_results: Path) -> No
     rows = [line.split(",") for line in proc.stdout.splitlines()]
     print(proc.stdout)
     for variant in ("horovod", "horovod[mpi]"):
-        two = [r for r in rows if r[:2] == [variant, "2"]]
-        assert two, proc.stdout
+        # the throughput table's row: efficiency against the same variant at 1 worker
+        two = [r for r in rows if r[:2] == [variant, "2"] and r[-1] == "throughput"]
+        assert len(two) == 1 and float(two[0][6]) > 0, proc.stdout
 
 
 @pytest.mark.distributed
@@ -240,7 +243,7 @@ def test_adasum_trains_over_mpi_next_to_averaging(mpi_results: Path) -> None:
     assert not np.allclose(a[1:], m[1:], rtol=1e-6)  # a different reduction really ran
     assert a[-1] < a[0]  # and it trains
     out = _bench("compare", str(mpi_results), timeout=300).stdout
-    assert "horovod[mpi][adasum=true]" in out, out
+    assert "horovod[mpi][adasum=true]" in out and "train loss start/mid/end" in out, out
 
 
 def test_compare_reports_the_loss_trajectory() -> None:

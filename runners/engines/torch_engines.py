@@ -414,7 +414,12 @@ class HorovodAdapter(TorchAdapter):
         self.controller = engine_options.horovod_controller(self.options)
 
     def expected_world_size(self) -> int:
-        return int(os.environ.get("HOROVOD_SIZE", "1"))
+        # horovodrun --gloo sets HOROVOD_SIZE; under --mpi only mpirun's own variables
+        # say it (OpenMPI's, else the PMI ones of MPICH and Slurm).
+        for var in ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
+            if var in os.environ:
+                return int(os.environ[var])
+        return 1
 
     def _adopt_launcher_settings(self) -> None:
         """Read back what horovodrun's own flags put in this worker's environment.
