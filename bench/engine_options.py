@@ -13,17 +13,27 @@ from collections.abc import Mapping
 
 from bench.spec import Engine, SpecError
 
-# name -> (kind of value, help); kinds: "bool" (true|false), "number", "path".
+# name -> (kind of value, help); kinds: "bool" (true|false), "number", "path", "choice"
+# (one of CHOICES[name]).
 OPTIONS: dict[Engine, dict[str, tuple[str, str]]] = {
     Engine.HOROVOD: {
+        "controller": (
+            "choice",
+            "gloo|mpi: horovodrun --gloo or --mpi (mpi needs Horovod built with MPI); "
+            "default gloo, mpi with adasum=true",
+        ),
         "timeline": ("path", "PATH: write Horovod's timeline there and summarise it in the record"),
         "autotune": ("bool", "true|false: Horovod autotuning of fusion threshold and cycle time"),
-        "adasum": ("bool", "true|false: Adasum gradient reduction instead of averaging"),
+        "adasum": (
+            "bool",
+            "true|false: Adasum gradient reduction instead of averaging (over MPI)",
+        ),
         "cycle_time_ms": ("number", "MS: Horovod's cycle time"),
     },
     Engine.DDP: {},
     Engine.PADDLE: {},
 }
+CHOICES: dict[str, tuple[str, ...]] = {"controller": ("gloo", "mpi")}
 
 
 def describe(engine: Engine) -> str:
@@ -54,3 +64,25 @@ def check(engine: Engine, options: Mapping[str, str]) -> None:
                 raise SpecError(f"engine option {name} must be a number > 0, got {value!r}")
         if kind == "path" and not value:
             raise SpecError(f"engine option {name} needs a path, got an empty value")
+        if kind == "choice" and value not in CHOICES[name]:
+            raise SpecError(
+                f"engine option {name} must be one of {', '.join(CHOICES[name])}, got {value!r}"
+            )
+    if engine is Engine.HOROVOD:
+        horovod_controller(options)
+
+
+def horovod_controller(options: Mapping[str, str]) -> str:
+    """The controller a Horovod run starts with: `controller`, else mpi for Adasum, else gloo.
+
+    Horovod's CPU Adasum reduces over MPI only (under the Gloo controller it has no
+    Adasum operation), so adasum=true implies the MPI controller and refuses gloo.
+    """
+    adasum = options.get("adasum", "false").lower() == "true"
+    controller = options.get("controller", "mpi" if adasum else "gloo")
+    if adasum and controller != "mpi":
+        raise SpecError(
+            "engine option adasum=true needs controller=mpi (Horovod's Adasum reduces over "
+            f"MPI), got controller={controller}; drop controller or set it to mpi"
+        )
+    return controller

@@ -6,9 +6,12 @@ Always argv lists, never shell strings: no user-provided value reaches a shell.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import os
 import re
 import shlex
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -42,6 +45,31 @@ def _horovodrun(python: str) -> str:
     return found
 
 
+@functools.cache
+def horovod_controllers(python: str | None = None) -> frozenset[str]:
+    """The controllers ("gloo", "mpi") the Horovod beside `python` was built with.
+
+    Read from `horovodrun --check-build`, Horovod's own report, so that it is known
+    before anything launches and without importing torch here. It imports torch in a
+    child process (seconds; minutes on a machine loaded many times over), once per
+    interpreter.
+    """
+    argv = [_horovodrun(python or sys.executable), "--check-build"]
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise LaunchError(f"cannot read Horovod's build ({shlex.join(argv)}): {exc}") from None
+    section = out.partition("Available Controllers:")[2].partition("Available Tensor")[0]
+    return frozenset(m.lower() for m in re.findall(r"\[X\]\s+(\w+)", section))
+
+
+def _mpi_root_env() -> list[str]:
+    """`env` prefix that lets OpenMPI start as root: it refuses to otherwise."""
+    if os.geteuid() != 0:
+        return []
+    return ["env", "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"]
+
+
 def launch_argv(
     engine: Engine,
     nproc: int,
@@ -50,12 +78,14 @@ def launch_argv(
     log_dir: Path | None = None,
     python: str | None = None,
     script: Path | None = None,
+    controller: str = "gloo",
 ) -> list[str]:
     """argv that starts `nproc` workers of `engine` on this host with its own launcher.
 
     `log_dir`, when given, receives one log file per rank (each launcher names them its
     own way: torchrun `<run>/attempt_0/<rank>/stdout.log`, horovodrun
-    `rank.<n>/stdout`, paddle `workerlog.<n>`).
+    `rank.<n>/stdout`, paddle `workerlog.<n>`). `controller` is Horovod's: horovodrun
+    --gloo, or --mpi (through mpirun).
     """
     if nproc < 1:
         raise LaunchError(f"number of workers must be >= 1, got {nproc}")
@@ -76,7 +106,10 @@ def launch_argv(
             argv += ["--log-dir", str(log_dir), "--tee", "3"]
         return [*argv, script_path, *runner_args]
     if engine is Engine.HOROVOD:
-        argv = [_horovodrun(python), "-np", str(nproc), "-H", f"localhost:{nproc}", "--gloo"]
+        if controller not in ("gloo", "mpi"):
+            raise LaunchError(f"Horovod controller must be gloo or mpi, got {controller!r}")
+        argv = [_horovodrun(python), "-np", str(nproc), "-H", f"localhost:{nproc}"]
+        argv = [*(_mpi_root_env() if controller == "mpi" else []), *argv, f"--{controller}"]
         # Horovod 0.28.1's --output-filename crashes at -np 1 (log10(0) in _pad_rank);
         # one rank's output is the launcher's own, which the caller captures anyway.
         if log_dir is not None and nproc > 1:
@@ -239,12 +272,19 @@ def multinode_launch(
     log_dir: Path | None = None,
     python: str | None = None,
     script: Path | None = None,
+    controller: str = "gloo",
 ) -> list[NodeLaunch]:
     """Each engine's own multi-node launch of `workers` spread evenly over the cluster.
 
     torchrun and Paddle's launcher run once per host with the node's rank; horovodrun
-    runs once, on the first host, and starts the other hosts' workers itself (by ssh).
+    runs once, on the first host, and starts the other hosts' workers itself (by ssh),
+    over Gloo: the MPI controller is tested on one host only.
     """
+    if engine is Engine.HOROVOD and controller != "gloo":
+        raise LaunchError(
+            f"Horovod controller={controller} runs on one host only here; multi-node (--hosts) "
+            "Horovod runs use the gloo controller: drop the controller option"
+        )
     per = cluster.placement(workers)
     python = python or sys.executable
     script_path = str(script or RUNNER_SCRIPTS[engine])

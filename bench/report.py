@@ -109,6 +109,19 @@ def time_to_target(epochs: list[dict[str, Any]], target: float) -> float | None:
     return None
 
 
+def _variant(r: dict[str, Any]) -> str:
+    """The engine as compare names it: `horovod[mpi]` for Horovod's MPI controller (the one
+    that ran, from knobs), then every other option that changes training, `[key=value]`."""
+    options = dict(r.get("engine_options") or {})
+    controller = (r.get("knobs") or {}).get("controller") or options.get("controller")
+    options.pop("controller", None)
+    return (
+        str(r.get("engine"))
+        + (f"[{controller}]" if controller not in (None, "gloo") else "")
+        + "".join(f"[{k}={v}]" for k, v in sorted(options.items()))
+    )
+
+
 def frame(recs: Iterable[dict[str, Any]], target: float = DEFAULT_TARGET) -> pd.DataFrame:
     """One row per training record with the columns the reports use."""
     rows = []
@@ -123,9 +136,7 @@ def frame(recs: Iterable[dict[str, Any]], target: float = DEFAULT_TARGET) -> pd.
         machine = benv.machine_key(env)
         libraries = json.dumps(env.get("libraries", {}), sort_keys=True)
         oversub, budget = oversubscription(r)
-        variant = str(r.get("engine")) + "".join(
-            f"[{k}={v}]" for k, v in sorted((r.get("engine_options") or {}).items())
-        )
+        variant = _variant(r)
         rows.append(
             {
                 "run_id": r.get("run_id"),
@@ -152,6 +163,7 @@ def frame(recs: Iterable[dict[str, Any]], target: float = DEFAULT_TARGET) -> pd.
                 # record's arrays, or from its summary: records.summarise)
                 **_step_quantiles(r),
                 "final_accuracy": r.get("final_accuracy"),
+                "step_losses": r.get("step_losses") or [],
                 "time_to_target": time_to_target(r.get("epochs") or [], target),
                 "peak_rss_mb": max(res.get("peak_rss_mb") or [np.nan]),
                 "input_ms": max((r.get("input_pipeline") or {}).get("ms_per_step") or [np.nan]),
@@ -318,6 +330,17 @@ def _rank_rows(gdf: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def _loss_trajectory(runs: pd.Series) -> str:
+    """Mean training loss over runs at the first, middle and last step: how the runs
+    descended, so variants that reduce differently (e.g. Adasum vs averaging) compare."""
+    curves = [np.asarray(c, dtype=float) for c in runs if len(c)]
+    n = min((len(c) for c in curves), default=0)
+    if not n:
+        return "-"
+    mean = np.mean([c[:n] for c in curves], axis=0)
+    return " / ".join(f"{mean[i]:.4g}" for i in (0, n // 2, n - 1))
+
+
 def _accuracy_rows(gdf: pd.DataFrame, target: float) -> pd.DataFrame:
     ok = _ok(gdf)
     rows = []
@@ -352,6 +375,7 @@ def _accuracy_rows(gdf: pd.DataFrame, target: float) -> pd.DataFrame:
                 f"time to {target:.0%} s": float(ttt.median()) if len(ttt) else np.nan,
                 "reached": f"{len(ttt)}/{len(cell)}",
                 "parity vs others": parity,
+                "train loss start/mid/end": _loss_trajectory(cell["step_losses"]),
             }
         )
     return (

@@ -16,6 +16,7 @@ import json
 import math
 import os
 import reprlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -169,6 +170,11 @@ class SweepConfig:
             raise SweepError(f"target_ci must be in [0, 1) (0.02 is +-2%), got {self.target_ci}")
         if self.measure_cap_s is not None and self.measure_cap_s < 0:
             raise SweepError(f"measure_cap_s must be >= 0, got {self.measure_cap_s}")
+        for engine in Engine:  # options that conflict with each other (adasum, controller)
+            try:
+                engine_options.check(engine, self.option_map(engine))
+            except SpecError as exc:
+                raise SweepError(f"--engine-option: {exc}") from None
         return self
 
     def measure_flags(self) -> tuple[str, ...]:
@@ -179,6 +185,10 @@ class SweepConfig:
             "--measure-cap-s": self.measure_cap_s,
         }
         return tuple(a for k, v in flags.items() if v is not None for a in (k, str(v)))
+
+    def option_map(self, engine: Engine) -> dict[str, str]:
+        """`engine`'s options as a mapping (the last of a repeated key wins, as in the runner)."""
+        return dict(kv.partition("=")[::2] for kv in self.options(engine))
 
     def options(self, engine: Engine) -> tuple[str, ...]:
         """The KEY=VALUE engine options that apply to `engine`'s cells."""
@@ -400,6 +410,34 @@ def check_engines(engines: Sequence[Engine], python: str | None = None) -> dict[
     return reasons
 
 
+def check_horovod_controller(config: SweepConfig, python: str | None = None) -> None:
+    """Refuse controller=mpi (or adasum=true) where this Horovod or machine cannot run it."""
+    options = config.option_map(Engine.HOROVOD)
+    if engine_options.horovod_controller(options) != "mpi":
+        return
+    why = "adasum=true (Adasum runs over MPI)" if "controller" not in options else "controller=mpi"
+    if config.cluster():
+        raise SweepError(
+            f"engine option {why} runs on one host only here; multi-node (--hosts) Horovod "
+            "runs use the gloo controller"
+        )
+    try:
+        built = launch.horovod_controllers(python)
+    except launch.LaunchError as exc:
+        raise SweepError(str(exc)) from None
+    if "mpi" not in built:
+        raise SweepError(
+            f"engine option {why} needs Horovod built with MPI; this Horovod has "
+            f"{', '.join(sorted(built)) or 'no controller'} only: install an MPI "
+            "(apt-get install libopenmpi-dev openmpi-bin) and rerun scripts/setup.sh"
+        )
+    if shutil.which("mpirun") is None:
+        raise SweepError(
+            f"engine option {why} needs mpirun on PATH (horovodrun --mpi starts the workers "
+            "with it); install openmpi-bin or put your MPI's bin folder on PATH"
+        )
+
+
 def check_plan(
     cells: Sequence[Cell], config: SweepConfig, python: str | None = None, devices: bool = True
 ) -> dict[Engine, str]:
@@ -412,6 +450,8 @@ def check_plan(
     (`--dry-run` of a GPU sweep on a CPU machine).
     """
     unavailable = check_engines(sorted({c.engine for c in cells}, key=lambda e: e.value), python)
+    if Engine.HOROVOD not in unavailable and any(c.engine is Engine.HOROVOD for c in cells):
+        check_horovod_controller(config, python)
     seen = set()
     for cell in cells:
         try:
@@ -588,12 +628,26 @@ def cell_argv(
     if timeline and cell.engine is Engine.HOROVOD:
         options.append(f"timeline={log_dir / 'timeline.json'}")
     runner_args += [a for kv in options for a in ("--engine-option", kv)]
+    controller = "gloo"
+    if cell.engine is Engine.HOROVOD:
+        controller = engine_options.horovod_controller(dict(o.partition("=")[::2] for o in options))
     if cell.cluster:
         return launch.multinode_launch(
-            cell.engine, cell.cluster, cell.workers, runner_args, log_dir=log_dir, python=python
+            cell.engine,
+            cell.cluster,
+            cell.workers,
+            runner_args,
+            log_dir=log_dir,
+            python=python,
+            controller=controller,
         )
     argv = launch.launch_argv(
-        cell.engine, cell.workers, runner_args, log_dir=log_dir, python=python
+        cell.engine,
+        cell.workers,
+        runner_args,
+        log_dir=log_dir,
+        python=python,
+        controller=controller,
     )
     return [launch.NodeLaunch(launch.Host("localhost", cell.workers), argv, argv)]
 

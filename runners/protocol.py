@@ -179,6 +179,8 @@ def _launcher() -> dict[str, Any]:
         name = "horovodrun"
     elif "PADDLE_TRAINER_ID" in env:
         name = "paddle.distributed.launch"
+    elif "OMPI_COMM_WORLD_RANK" in env:  # OpenMPI's mpirun (horovodrun --mpi starts it)
+        name = "mpirun"
     else:
         name = "none"
     parent: list[str] | None = None

@@ -3,9 +3,11 @@
 # Horovod, the bench package (editable) and the dev tools.
 #
 # Idempotent: a second run with nothing changed takes seconds. The Horovod wheel
-# is cached outside the repo, keyed by (horovod, torch, python, gpu) versions,
-# because building it takes minutes and the extension is tied to the exact torch
-# it was compiled against.
+# is cached outside the repo, keyed by (horovod, torch, python, gpu) versions and
+# its controllers, because building it takes minutes and the extension is tied to
+# the exact torch it was compiled against. Horovod gets MPI as well as Gloo (the
+# MPI controller, horovodrun --mpi and Adasum) when an MPI compiler wrapper
+# (mpicxx, e.g. Debian's libopenmpi-dev) is on the PATH.
 #
 # Environment:
 #   BENCH_GPU          1: CUDA torch, paddlepaddle-gpu and Horovod with NCCL; 0: CPU builds;
@@ -34,6 +36,14 @@ if [ "$GPU" = auto ]; then
     fi
 fi
 CACHE=${BENCH_WHEEL_CACHE:-$HOME/.cache/bench-wheels}
+# Which controllers Horovod is built with: part of the stamp and the wheel's cache
+# key, so installing MPI later rebuilds and reinstalls the wheel.
+if command -v mpicxx >/dev/null 2>&1; then
+    CONTROLLERS=gloo-mpi
+else
+    CONTROLLERS=gloo
+    echo "setup: no MPI compiler wrapper (mpicxx): Horovod is built with Gloo only (apt-get install libopenmpi-dev openmpi-bin adds MPI and Adasum)"
+fi
 
 py=${BENCH_PYTHON:-$(command -v python3.11 || command -v python3)}
 if [ ! -x .venv/bin/python ]; then
@@ -47,7 +57,7 @@ pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
 pin=(-c "$root/constraints.txt")
 
 stamp=.venv/.bench-setup
-want="torch=$TORCH_VERSION paddle=$PADDLE_VERSION horovod=$HOROVOD_VERSION-$HOROVOD_PATCHES gpu=$GPU pyproject=$(sha1sum pyproject.toml | cut -c1-12) constraints=$(sha1sum constraints.txt | cut -c1-12)"
+want="torch=$TORCH_VERSION paddle=$PADDLE_VERSION horovod=$HOROVOD_VERSION-$HOROVOD_PATCHES-$CONTROLLERS gpu=$GPU pyproject=$(sha1sum pyproject.toml | cut -c1-12) constraints=$(sha1sum constraints.txt | cut -c1-12)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
     echo "setup: .venv is up to date ($want)"
     exit 0
@@ -75,17 +85,20 @@ fi
 torch_v=$($vpy -c 'import torch; print(torch.__version__.split("+")[0])')
 py_v=$($vpy -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
 flavour=$([ "$GPU" = 1 ] && echo nccl || echo cpu)
-wheel_dir="$CACHE/horovod-$HOROVOD_VERSION-$HOROVOD_PATCHES-torch$torch_v-$py_v-$flavour"
+wheel_dir="$CACHE/horovod-$HOROVOD_VERSION-$HOROVOD_PATCHES-torch$torch_v-$py_v-$flavour-$CONTROLLERS"
 if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
-    echo "setup: building Horovod $HOROVOD_VERSION for torch $torch_v ($flavour); takes a few minutes once"
+    echo "setup: building Horovod $HOROVOD_VERSION for torch $torch_v ($flavour, $CONTROLLERS); takes a few minutes once"
     work=$(mktemp -d)
     trap 'rm -rf "$work"' EXIT
     "${pip[@]}" download --no-deps --no-binary :all: "horovod==$HOROVOD_VERSION" -d "$work"
     tar -xzf "$work"/horovod-"$HOROVOD_VERSION".tar.gz -C "$work"
     src="$work/horovod-$HOROVOD_VERSION"
     scripts/horovod_patch.sh "$src"
-    export HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
+    export HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 \
         HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_CPU_OPERATIONS=gloo
+    # Tensor operations stay on Gloo either way: MPI adds a controller (and Adasum),
+    # so a Gloo run is the same code path on both builds.
+    if [ "$CONTROLLERS" = gloo-mpi ]; then export HOROVOD_WITH_MPI=1; else export HOROVOD_WITHOUT_MPI=1; fi
     if [ "$GPU" = 1 ]; then export HOROVOD_GPU_OPERATIONS=NCCL; fi
     export MAKEFLAGS="-j$(nproc)" CMAKE_POLICY_VERSION_MINIMUM=3.5
     mkdir -p "$wheel_dir.tmp"
@@ -102,8 +115,13 @@ else
     "${pip[@]}" install "${pin[@]}" -e ".[dev,paddle]"
 fi
 "${pip[@]}" check
-.venv/bin/horovodrun --check-build | grep -E '\[X\] (PyTorch|Gloo)' >/dev/null || {
-    .venv/bin/horovodrun --check-build >&2
-    echo "setup: Horovod was built without PyTorch or Gloo support" >&2; exit 1; }
+build=$(.venv/bin/horovodrun --check-build)
+want_built=(PyTorch Gloo)
+if [ "$CONTROLLERS" = gloo-mpi ]; then want_built+=(MPI); fi
+for part in "${want_built[@]}"; do
+    grep -q "\[X\] $part\b" <<<"$build" || {
+        echo "$build" >&2
+        echo "setup: Horovod was built without $part support (wanted ${want_built[*]})" >&2; exit 1; }
+done
 echo "$want" > "$stamp"
 echo "setup: done ($want)"

@@ -53,8 +53,7 @@ def test_horovod_timeline_and_autotune_are_recorded(tmp_path: Path) -> None:
         (Engine.HOROVOD, "adasum=maybe", "adasum must be true or false"),
         (Engine.HOROVOD, "fusion=1", "unknown horovod engine option(s): fusion"),
         (Engine.HOROVOD, "novalue", "--engine-option expects KEY=VALUE"),
-        # the Gloo-only build here has no Adasum; a build with MPI runs it
-        (Engine.HOROVOD, "adasum=true", "adasum=true needs Horovod built with MPI"),
+        (Engine.HOROVOD, "controller=tcp", "controller must be one of gloo, mpi, got 'tcp'"),
     ],
 )
 def test_bad_engine_options_are_refused(

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from bench import engine_options
 from bench.checks import InputError
 from bench.spec import (
     BNBuffers,
@@ -439,9 +440,15 @@ class HorovodAdapter(TorchAdapter):
         super().__init__(spec, timeout_s, options)
         self.autotune = _flag(self.options, "autotune")
         self.adasum = _flag(self.options, "adasum")
+        self.controller = engine_options.horovod_controller(self.options)
 
     def expected_world_size(self) -> int:
-        return int(os.environ.get("HOROVOD_SIZE", "1"))
+        # horovodrun --gloo sets HOROVOD_SIZE; under --mpi only mpirun's own variables
+        # say it (OpenMPI's, else the PMI ones of MPICH and Slurm).
+        for var in ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
+            if var in os.environ:
+                return int(os.environ[var])
+        return 1
 
     def _adopt_launcher_settings(self) -> None:
         """Read back what horovodrun's own flags put in this worker's environment.
@@ -508,6 +515,16 @@ class HorovodAdapter(TorchAdapter):
             os.environ["HOROVOD_CYCLE_TIME"] = self.options["cycle_time_ms"]
         if self.autotune:
             os.environ["HOROVOD_AUTOTUNE"] = "1"
+        # An MPI build defaults to the MPI controller when nothing says otherwise (a
+        # worker run without a launcher): the option decides, so both builds run the same.
+        # horovodrun --gloo sets gloo itself; a conflict is a launch that contradicts it.
+        started = os.environ.setdefault("HOROVOD_CONTROLLER", self.controller).lower()
+        if started != self.controller:
+            raise SpecError(
+                f"engine option controller={self.controller} but Horovod was started with the "
+                f"{started} controller (HOROVOD_CONTROLLER); launch with horovodrun "
+                f"--{self.controller}, as bench run does"
+            )
         try:
             import horovod.torch as hvd
         except ImportError as exc:  # e.g. Horovod installed without its PyTorch extension
@@ -528,13 +545,17 @@ class HorovodAdapter(TorchAdapter):
                 "device=cuda but this Horovod was built without NCCL; rebuild it with "
                 "HOROVOD_GPU_OPERATIONS=NCCL (scripts/gpu_bundle.sh for an offline GPU node)"
             )
-        if self.adasum and not hvd.mpi_built():
+        if self.controller == "mpi" and not hvd.mpi_built():
             # Horovod implements Adasum on MPI; a Gloo-only build fails at the first step.
+            why = "adasum=true" if self.adasum else "controller=mpi"
             raise SpecError(
-                "engine option adasum=true needs Horovod built with MPI (HOROVOD_WITH_MPI=1); "
-                "this build has Gloo only"
+                f"engine option {why} needs Horovod built with MPI (HOROVOD_WITH_MPI=1); "
+                "this build has Gloo only: install an MPI (apt-get install libopenmpi-dev "
+                "openmpi-bin) and rerun scripts/setup.sh"
             )
         hvd.init()
+        if self.controller == "mpi" and not hvd.mpi_enabled():
+            raise RuntimeError("Horovod was asked for the MPI controller but did not enable MPI")
         self.hvd = hvd
         self.rank, self.world_size, self.local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
         self.local_world_size = hvd.local_size()
@@ -623,7 +644,9 @@ class HorovodAdapter(TorchAdapter):
                 "mpi": bool(hvd.mpi_built()),
                 "nccl": bool(hvd.nccl_built()),
             },
-            "controller": "gloo" if hvd.gloo_enabled() else "mpi",
+            # what Horovod's core ran with (gloo_enabled() is true under MPI too: CPU
+            # tensor operations stay on Gloo)
+            "controller": self.controller,
             "cuda": torch.version.cuda,
         }
 
@@ -641,6 +664,7 @@ class HorovodAdapter(TorchAdapter):
             "gradient_compression": self.spec.grad_compression.value,
             **({} if self.adasum else self.compression_knobs()),
             "op": getattr(self, "_op_name", "adasum" if self.adasum else "average"),
+            "controller": self.controller,
             "bn_buffers": self.spec.bn_buffers.value,
             "autotune": self.autotune,
             "timeline": "timeline" in self.options,

@@ -1,0 +1,254 @@
+"""Horovod over MPI: the controller as a recorded knob, Adasum, and the refusals.
+
+Measured on the 2-core CPU machine (horovod 0.28.1 built with MPI and Gloo, OpenMPI
+4.1.4, torch 2.13.0): at 2 workers, 22 mlp steps (one epoch of digits), Horovod's
+step losses over MPI and over Gloo are identical to DDP's (max relative difference 0.0;
+CPU tensor operations stay on Gloo under either controller, only the coordination
+differs); asserted to 1e-6 relative.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bench import engine_options, launch, records, sweep
+from bench.spec import Engine, SpecError
+from tests.conftest import ROOT, run_direct
+
+BUILT = launch.horovod_controllers()
+needs_mpi = pytest.mark.skipif(
+    "mpi" not in BUILT,
+    reason="Horovod built without MPI: apt-get install libopenmpi-dev openmpi-bin, then "
+    "rerun scripts/setup.sh",
+)
+
+COMMON = ["--models", "mlp", "--repeats", "1", "--no-comm-cost", "--no-compare"]
+COMMON += ["--max-steps", "24", "--epochs", "1", "--timeout", "240"]
+
+
+def _bench(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bench.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+# --- without launching -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "controller"),
+    [
+        ({}, "gloo"),
+        ({"controller": "mpi"}, "mpi"),
+        ({"adasum": "true"}, "mpi"),  # Horovod's CPU Adasum runs over MPI only
+        ({"adasum": "false", "controller": "gloo"}, "gloo"),
+    ],
+)
+def test_controller_follows_the_options(options: dict[str, str], controller: str) -> None:
+    assert engine_options.horovod_controller(options) == controller
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"controller": "tcp"}, "engine option controller must be one of gloo, mpi, got 'tcp'"),
+        ({"adasum": "true", "controller": "gloo"}, "adasum=true needs controller=mpi"),
+    ],
+)
+def test_bad_controller_options_are_refused(options: dict[str, str], message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        engine_options.check(Engine.HOROVOD, options)
+
+
+def test_launch_argv_picks_the_controller() -> None:
+    gloo = launch.launch_argv(Engine.HOROVOD, 2, ["--x"])
+    mpi = launch.launch_argv(Engine.HOROVOD, 2, ["--x"], controller="mpi")
+    assert "--gloo" in gloo and "--mpi" not in gloo and gloo[0].endswith("horovodrun")
+    assert "--mpi" in mpi and "--gloo" not in mpi
+    # OpenMPI refuses root unless told; the variables are set only where needed
+    root_env = ["env", "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"]
+    assert (mpi[:3] == root_env) == (os.geteuid() == 0)
+    assert not any("OMPI" in a for a in gloo)
+
+
+def _fake_horovod(tmp_path: Path, controllers: str) -> str:
+    """A Python whose neighbouring horovodrun reports a build with these controllers."""
+    (tmp_path / "python").symlink_to(sys.executable)
+    marks = {c: "X" if c in controllers else " " for c in ("MPI", "Gloo")}
+    report = (
+        "Available Controllers:\n"
+        f"    [{marks['MPI']}] MPI\n    [{marks['Gloo']}] Gloo\n\n"
+        "Available Tensor Operations:\n    [X] MPI\n    [X] Gloo\n"
+    )
+    hr = tmp_path / "horovodrun"
+    hr.write_text(f"#!/bin/sh\ncat <<'EOF'\n{report}EOF\n")
+    hr.chmod(0o755)
+    return str(tmp_path / "python")
+
+
+@pytest.mark.parametrize("option", ["horovod:controller=mpi", "horovod:adasum=true"])
+def test_mpi_refused_before_launch_on_a_gloo_only_build(tmp_path: Path, option: str) -> None:
+    python = _fake_horovod(tmp_path, "Gloo")
+    assert launch.horovod_controllers(python) == {"gloo"}
+    config = sweep.SweepConfig(engines=(Engine.HOROVOD,), engine_options=(option,)).validate()
+    with pytest.raises(sweep.SweepError, match="needs Horovod built with MPI; this Horovod has "):
+        sweep.check_horovod_controller(config, python)
+    # a Gloo sweep on the same build is fine
+    sweep.check_horovod_controller(sweep.SweepConfig(engines=(Engine.HOROVOD,)), python)
+
+
+def test_mpi_refused_for_multinode_runs() -> None:
+    config = sweep.SweepConfig(
+        engines=(Engine.HOROVOD,),
+        workers=(2,),
+        engine_options=("horovod:controller=mpi",),
+        hosts="a:1,b:1",
+    ).validate()
+    with pytest.raises(sweep.SweepError, match="runs on one host only here"):
+        sweep.check_horovod_controller(config)
+
+
+def test_adasum_with_gloo_controller_is_refused_by_the_runner(tmp_path: Path) -> None:
+    proc, recs = run_direct(
+        Engine.HOROVOD,
+        ["--engine-option", "adasum=true", "--engine-option", "controller=gloo"],
+        tmp_path,
+    )
+    assert proc.returncode == 2 and "adasum=true needs controller=mpi" in proc.stderr
+    assert recs == []
+
+
+@pytest.mark.skipif("mpi" in BUILT, reason="this Horovod has MPI: the refusal is for Gloo-only")
+@pytest.mark.parametrize("option", ["adasum=true", "controller=mpi"])
+def test_gloo_only_build_refuses_mpi_in_the_runner(tmp_path: Path, option: str) -> None:
+    proc, recs = run_direct(Engine.HOROVOD, ["--engine-option", option], tmp_path)
+    assert proc.returncode == 2 and f"{option} needs Horovod built with MPI" in proc.stderr
+    assert recs == []
+
+
+@pytest.mark.skipif("mpi" in BUILT, reason="this Horovod has MPI: the refusal is for Gloo-only")
+def test_gloo_only_build_refuses_mpi_before_launch(tmp_path: Path) -> None:
+    proc = _bench(
+        "run", "--engines", "horovod", "--engine-option", "horovod:controller=mpi",
+        *COMMON, "--results", str(tmp_path / "res"),
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "controller=mpi needs Horovod built with MPI; this Horovod has gloo only" in proc.stderr
+    assert not (tmp_path / "res").exists() or not records.load([tmp_path / "res"]).records
+
+
+def test_variant_names_the_controller_that_ran() -> None:
+    from bench.report import _variant
+
+    rec: dict[str, Any] = {"engine": "horovod", "engine_options": {"controller": "mpi"}}
+    assert _variant({**rec, "knobs": {"controller": "mpi"}}) == "horovod[mpi]"
+    assert _variant({**rec, "engine_options": {}, "knobs": {"controller": "gloo"}}) == "horovod"
+    assert (
+        _variant({**rec, "engine_options": {"adasum": "true"}, "knobs": {"controller": "mpi"}})
+        == "horovod[mpi][adasum=true]"
+    )
+
+
+# --- real 2-worker launches -------------------------------------------------------------
+
+
+@needs_mpi
+def test_check_build_shows_mpi_and_gloo() -> None:
+    assert sorted(BUILT) == ["gloo", "mpi"]
+
+
+@pytest.fixture(scope="module")
+def mpi_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """DDP and Horovod over Gloo, Horovod over MPI (1 and 2 workers), Adasum (2)."""
+    if "mpi" not in BUILT:
+        pytest.skip("Horovod built without MPI")
+    results = tmp_path_factory.mktemp("mpi") / "res"
+    for argv in (
+        ["--engines", "ddp,horovod", "--workers", "1,2"],
+        ["--engines", "horovod", "--workers", "1,2", "--engine-option", "horovod:controller=mpi"],
+        ["--engines", "horovod", "--workers", "2", "--engine-option", "horovod:adasum=true"],
+    ):
+        proc = _bench("run", *argv, *COMMON, "--results", str(results))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    return results
+
+
+def _by_variant(results: Path) -> dict[tuple[str, int], dict[str, Any]]:
+    from bench.report import _variant
+
+    recs = records.load([results]).records
+    assert all(r["status"] == "ok" for r in recs), [r.get("error") for r in recs]
+    return {(_variant(r), r["world_size"]): r for r in recs}
+
+
+@pytest.mark.distributed
+@needs_mpi
+def test_horovod_over_mpi_and_gloo_match_ddp(mpi_results: Path) -> None:
+    runs = _by_variant(mpi_results)
+    assert set(runs) == {(v, w) for v in ("ddp", "horovod", "horovod[mpi]") for w in (1, 2)} | {
+        ("horovod[mpi][adasum=true]", 2)
+    }
+    ddp = np.asarray(runs["ddp", 2]["step_losses"])
+    for variant, controller in (("horovod", "gloo"), ("horovod[mpi]", "mpi")):
+        rec = runs[variant, 2]
+        assert rec["knobs"]["controller"] == controller
+        assert rec["engine_versions"]["controller"] == controller
+        assert rec["engine_versions"]["horovod_build"]["mpi"] is True
+        assert rec["fingerprints"]["init_weights"] == runs["ddp", 2]["fingerprints"]["init_weights"]
+        losses = np.asarray(rec["step_losses"])
+        assert losses.shape == ddp.shape and losses.size >= 20
+        print(variant, "max relative difference to DDP:", np.abs(losses / ddp - 1).max())
+        np.testing.assert_allclose(losses, ddp, rtol=1e-6, err_msg=variant)
+    assert runs["horovod[mpi]", 2]["engine_options"] == {"controller": "mpi"}
+    assert runs["horovod[mpi]", 2]["launcher"]["name"] == "mpirun"
+    assert runs["horovod", 2]["launcher"]["name"] == "horovodrun"
+
+
+@pytest.mark.distributed
+@needs_mpi
+def test_compare_shows_both_controllers_with_efficiency(mpi_results: Path) -> None:
+    proc = _bench("compare", str(mpi_results), "--format", "csv", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split(",") for line in proc.stdout.splitlines()]
+    print(proc.stdout)
+    for variant in ("horovod", "horovod[mpi]"):
+        # the throughput table's row: efficiency against the same variant at 1 worker
+        two = [r for r in rows if r[:2] == [variant, "2"] and r[-1] == "throughput"]
+        assert len(two) == 1 and float(two[0][6]) > 0, proc.stdout
+
+
+@pytest.mark.distributed
+@needs_mpi
+def test_adasum_trains_over_mpi_next_to_averaging(mpi_results: Path) -> None:
+    runs = _by_variant(mpi_results)
+    adasum, average = runs["horovod[mpi][adasum=true]", 2], runs["horovod[mpi]", 2]
+    assert adasum["knobs"]["op"] == "adasum" and average["knobs"]["op"] == "average"
+    assert adasum["knobs"]["controller"] == "mpi"
+    assert adasum["engine_options"] == {"adasum": "true"}
+    a, m = np.asarray(adasum["step_losses"]), np.asarray(average["step_losses"])
+    assert np.isfinite(a).all() and a[0] == pytest.approx(m[0])  # same start
+    assert not np.allclose(a[1:], m[1:], rtol=1e-6)  # a different reduction really ran
+    assert a[-1] < a[0]  # and it trains
+    out = _bench("compare", str(mpi_results), timeout=300).stdout
+    assert "horovod[mpi][adasum=true]" in out and "train loss start/mid/end" in out, out
+
+
+def test_compare_reports_the_loss_trajectory() -> None:
+    from bench.report import _loss_trajectory
+
+    runs = pd.Series([[2.0, 1.0, 0.5, 0.25], [4.0, 3.0, 1.5, 0.75]])
+    assert _loss_trajectory(runs) == "3 / 1 / 0.5"  # mean at steps 0, 2 and 3
+    assert _loss_trajectory(pd.Series([[]])) == "-"
