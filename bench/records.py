@@ -378,7 +378,7 @@ def load(paths: Iterable[str | Path]) -> Loaded:
 # whole. A summary keeps everything else and the quantiles the tables show.
 HEAVY_FIELDS = ("step_times_s", "window_times_s", "window_throughput", "step_losses", "launcher")
 EPOCH_FIELDS = ("epoch", "train_time_s", "test_accuracy", "test_loss", "train_loss")
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 
 def summarise(record: dict[str, Any]) -> dict[str, Any]:
@@ -398,6 +398,11 @@ def summarise(record: dict[str, Any]) -> dict[str, Any]:
             "p95": _quantile(ordered, 0.95),
             "n": len(ordered),
         }
+    losses = record.get("step_losses")
+    if isinstance(losses, list) and losses:
+        # first, middle and last step: what compare's loss-trajectory column shows
+        n = len(losses)
+        out["step_losses"] = [losses[0], losses[n // 2], losses[n - 1]]
     out["_summary"] = True
     return out
 

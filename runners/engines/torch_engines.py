@@ -519,6 +519,10 @@ class HorovodAdapter(TorchAdapter):
         # worker run without a launcher): the option decides, so both builds run the same.
         # horovodrun --gloo sets gloo itself; a conflict is a launch that contradicts it.
         started = os.environ.setdefault("HOROVOD_CONTROLLER", self.controller).lower()
+        if started == "gloo":
+            # An MPI build runs CPU tensor operations over MPI by default, even under the
+            # Gloo controller; without MPI_Init (no mpirun) that aborts the process.
+            os.environ.setdefault("HOROVOD_CPU_OPERATIONS", "gloo")
         if started != self.controller:
             raise SpecError(
                 f"engine option controller={self.controller} but Horovod was started with the "
