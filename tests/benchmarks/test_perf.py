@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -50,12 +51,20 @@ def test_calibration(benchmark: Any) -> None:
 
 @pytest.fixture(scope="module", params=[e.value for e in Engine])
 def engine_adapter(request: pytest.FixtureRequest) -> Iterator[EngineAdapter]:
-    """One in-process adapter per engine at world size 1 (no launcher)."""
+    """One in-process adapter per engine at world size 1 (no launcher).
+
+    Adapters set HOROVOD_*/thread variables in this process's environment; they are
+    restored afterwards so that later tests' launches do not inherit them (a runner
+    reads inherited HOROVOD_* settings as the launcher's).
+    """
+    saved = dict(os.environ)
     env.set_thread_env(1)
     adapter = _load_adapter(Engine(request.param))(RunSpec(threads=1))
     adapter.init()
     yield adapter
     adapter.shutdown()
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 @pytest.mark.parametrize("model_name", ["mlp", "lenet"])
