@@ -62,8 +62,15 @@ def hook(event, args):
     elif event in ("socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyaddr"):
         bad = f"{event} {args[0]!r}"
     elif event in ("subprocess.Popen", "os.exec", "os.posix_spawn", "os.system"):
-        words = str(args[1] if len(args) > 1 else args[0])
-        if any(w in words for w in ("pip", "venv", "ensurepip", "curl", "wget")):
+        argv = args[1] if len(args) > 1 else args[0]
+        words = [str(w) for w in argv] if isinstance(argv, (list, tuple)) else str(argv).split()
+        names = [os.path.basename(w) for w in words]
+        # a program named pip/curl/wget, or `-m pip|venv|ensurepip`; not a path that
+        # merely contains ".venv" (the project's interpreter lives there)
+        if any(n in ("pip", "pip3", "curl", "wget") for n in names) or any(
+            a == "-m" and b.split(".")[0] in ("pip", "venv", "ensurepip")
+            for a, b in zip(words, words[1:])
+        ):
             bad = f"{event} {words}"
     elif event == "import" and str(args[0]).split(".")[0] in ("pip", "venv", "ensurepip"):
         bad = f"import {args[0]}"
@@ -131,7 +138,14 @@ def test_guard_sees_a_network_attempt(tmp_path: Path) -> None:
         [sys.executable, "-c", "import socket\ntry: socket.getaddrinfo('pypi.org', 443)\nexcept OSError: pass"],
         env=env, timeout=60, capture_output=True,
     )  # fmt: skip
-    assert "socket.getaddrinfo 'pypi.org'" in (tmp_path / "network-attempts.log").read_text()
+    log = (tmp_path / "network-attempts.log").read_text()
+    assert "socket.getaddrinfo 'pypi.org'" in log
+    # running pip is logged; a program under a .venv folder is not pip
+    code = "import subprocess, sys\nfor argv in ([sys.executable, '-m', 'pip', '--version'], ['true', '/x/.venv/bin/python']):\n    subprocess.run(argv, capture_output=True)"
+    subprocess.run([sys.executable, "-c", code], env=env, timeout=120, capture_output=True)
+    log = (tmp_path / "network-attempts.log").read_text()
+    assert "'-m', 'pip', '--version'" in log
+    assert ".venv/bin/python']" not in log
 
 
 def test_bundle_for_another_torch_is_refused(tmp_path: Path) -> None:
