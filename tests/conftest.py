@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -125,3 +126,18 @@ def ok_record(proc: subprocess.CompletedProcess[str], recs: list[dict[str, Any]]
     assert len(recs) == 1, f"expected one record, got {len(recs)}"
     assert recs[0]["status"] == records.Status.OK, recs[0].get("error")
     return recs[0]
+
+
+@pytest.fixture(autouse=True)
+def _restore_environment() -> Iterator[None]:
+    """Undo what a test (or the adapter it starts in-process) wrote into os.environ.
+
+    Adapters set HOROVOD_*, thread and controller variables in their own process;
+    left in pytest's, every later launch would inherit them and a runner would read
+    them as its launcher's settings.
+    """
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)

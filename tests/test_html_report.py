@@ -127,7 +127,7 @@ def test_report_renders_with_every_plot_in_chromium(tmp_path: Path) -> None:
 
 
 CAPTIONS = [
-    "throughput and scaling efficiency: medians with 95% bootstrap intervals as error bars",
+    "throughput and scaling efficiency: medians with 95% intervals (n beside each in the tables)",
     "training loss against samples seen",
     "communication cost: throughput of each multi-worker cell and of its grad_sync=false twin",
     "head to head: each engine's throughput relative to the fastest",
