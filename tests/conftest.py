@@ -113,6 +113,18 @@ def run_direct(
     return proc, recs[before:]
 
 
+def run_bench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """`bench ARGS...` from the repository root, output captured, no standard input."""
+    return subprocess.run(
+        [sys.executable, "-m", "bench.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+    )
+
+
 def _count(results: Path) -> int:
     f = records.results_file(results)
     return len(records.load([f]).records) if f.exists() else 0

@@ -12,7 +12,7 @@ import pytest
 from bench import env as benv
 from bench import records
 from bench.spec import Engine
-from tests.conftest import ROOT, run_direct, run_engine
+from tests.conftest import ROOT, run_bench, run_direct, run_engine
 
 ENGINES = [Engine.HOROVOD, Engine.DDP, Engine.PADDLE]
 
@@ -93,14 +93,8 @@ def test_strong_scaling_batch_that_does_not_divide(engine: Engine, tmp_path: Pat
     _no_ok_record(tmp_path)
 
 
-def _bench(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bench.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
+def _bench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return run_bench(*args, timeout=timeout)
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ import pytest
 
 from bench import engine_options, launch, records, sweep
 from bench.spec import Engine, SpecError
-from tests.conftest import ROOT, run_direct
+from tests.conftest import run_bench, run_direct
 
 BUILT = launch.horovod_controllers()
 needs_mpi = pytest.mark.skipif(
@@ -35,14 +35,7 @@ COMMON += ["--max-steps", "24", "--epochs", "1", "--timeout", "240"]
 
 
 def _bench(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bench.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        stdin=subprocess.DEVNULL,
-    )
+    return run_bench(*args, timeout=timeout)
 
 
 # --- without launching -----------------------------------------------------------------

@@ -19,21 +19,14 @@ import pytest
 
 from bench import records
 from bench.spec import Device, Engine, RunSpec, SpecError
-from tests.conftest import ROOT, run_direct, run_engine
+from tests.conftest import ROOT, run_bench, run_direct, run_engine
 from tests.test_faults import _procs_with
 
 ENGINES = [Engine.HOROVOD, Engine.DDP, Engine.PADDLE]
 
 
 def _bench(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bench.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        stdin=subprocess.DEVNULL,
-    )
+    return run_bench(*args, timeout=timeout)
 
 
 def _one_line_error(proc: subprocess.CompletedProcess[str], message: str) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,19 +13,14 @@ from bench import launch, records, sweep
 from bench.spec import Engine, RunSpec
 from bench.sweep import SweepConfig, SweepError, run_sweep
 from tests import netns
+from tests.conftest import run_bench
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = RunSpec(model="mlp", max_steps=12, warmup_steps=2, epochs=1)
 
 
 def _bench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bench.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-    )
+    return run_bench(*args, timeout=timeout)
 
 
 # --- plans (no privileges needed) ------------------------------------------------------
