@@ -74,7 +74,7 @@ def build_parser(engine: Engine) -> argparse.ArgumentParser:
         "--collective-timeout",
         type=float,
         default=300.0,
-        help="seconds a collective may wait for a peer before the run fails (default: 300)",
+        help="seconds a collective may wait for a peer; a run silent that long ends as a timeout (default: 300)",
     )
     parser.add_argument(
         "--label",
@@ -274,6 +274,24 @@ def _window_estimate(tput: Sequence[float]) -> tuple[stats.Estimate, float | Non
     return est, stats.relative_half_width(est)
 
 
+class _Progress:
+    """When this rank last got past a collective. An exception after a silence as long as
+    the collective time-out is a peer that stopped answering, whatever the engine calls it
+    (Gloo says "Timed out", Horovod only "has been shut down"): the run is a `timeout`."""
+
+    def __init__(self) -> None:
+        self.at = time.monotonic()
+
+    def mark(self) -> None:
+        self.at = time.monotonic()
+
+    def silent_for(self) -> float:
+        return time.monotonic() - self.at
+
+
+PROGRESS = _Progress()
+
+
 def train(
     adapter: EngineAdapter,
     model: models.ModelDef,
@@ -291,7 +309,9 @@ def train(
     total = total_steps(spec, spe)
 
     weights = models.init_weights(model, dataset.input_shape, dataset.num_classes, spec.seed)
+    PROGRESS.mark()
     adapter.build(model, weights, dataset.input_shape, dataset.num_classes)
+    PROGRESS.mark()
     # Taken once every engine's set-up (broadcasts included) is over: what training starts from.
     init_fps = _gather_str(adapter, models.weights_fingerprint(adapter.state()))
     init_opt_state = adapter.optimizer_state_tensors()
@@ -360,6 +380,7 @@ def train(
                 if busy0 is None:
                     busy0 = contention.snapshot(root)
             win = timed_window(adapter, plan[start:stop])
+            PROGRESS.mark()
             pending.extend(win.losses)
             train_time += win.seconds
             if is_timed:
@@ -384,6 +405,7 @@ def train(
             dataset.test_x[test_idx], dataset.test_y[test_idx]
         )
         ev = adapter.allreduce_sum(np.asarray([loss_sum, correct, count], dtype=np.float64))
+        PROGRESS.mark()
         entry = {
             "epoch": epoch,
             "steps": len(losses),
@@ -659,8 +681,15 @@ def main(engine: Engine, argv: Sequence[str] | None = None) -> int:
             print(f"error: diverged: {exc}", file=sys.stderr)
         code = EXIT_DIVERGED
     except Exception as exc:
+        silent = PROGRESS.silent_for()
         record["status"] = records.Status.FAILED
         record["error"] = f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exc(limit=8))
+        if silent >= 0.9 * args.collective_timeout:
+            record["status"] = records.Status.TIMEOUT
+            record["error"] = (
+                f"no progress for {silent:.0f}s (collective time-out {args.collective_timeout:.0f}s):"
+                f" a peer stopped answering\n" + record["error"]
+            )
         print(f"error on rank {adapter.rank}: {type(exc).__name__}: {exc}", file=sys.stderr)
         code = EXIT_FAILED
     stopped = time.time()
