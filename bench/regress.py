@@ -3,12 +3,13 @@
 Cells are matched by (spec minus seed, machine, engine with its options, workers):
 library versions and code may differ between BASE and NEW (that is what is being
 checked), the hardware may not. A
-change is *significant* when the 95% bootstrap interval of the ratio of
-medians (NEW / BASE, both groups resampled) excludes 1 **and** the change is at
-least the minimum effect size: with the 3-5 repeats a sweep affords, rank
-tests cannot reach significance at all (Mann-Whitney's smallest two-sided p
-with 3 vs 3 is 0.1), while a bootstrap interval alone is optimistic for tiny
-samples; the effect-size floor guards against calling timing noise a change.
+change is *significant* when the 95% interval of the ratio of medians NEW / BASE
+(Welch's t on log values, `stats.ratio`, the interval compare's ratios use)
+excludes 1 **and** the change is at least the minimum effect size: with the 3-5
+repeats a sweep affords, rank tests cannot reach significance at all
+(Mann-Whitney's smallest two-sided p with 3 vs 3 is 0.1), and the effect-size
+floor guards against calling timing noise a change. Under 3 runs on either side
+there is no interval, so no change is called significant.
 A `--fail METRIC:PCT%` check fails when a metric got significantly *worse* by
 more than PCT, where worse respects each metric's direction.
 """
@@ -117,7 +118,7 @@ def diff(
             bv, nv = bcell[col].dropna().astype(float), ncell[col].dropna().astype(float)
             if bv.empty or nv.empty or float(np.median(bv)) == 0:
                 continue
-            est = stats.bootstrap_ratio(nv.tolist(), bv.tolist())
+            est = stats.ratio(nv.tolist(), bv.tolist())
             change = est.value - 1
             sig = (
                 est.low is not None
@@ -179,7 +180,10 @@ def render(df: pd.DataFrame, markdown: bool = False) -> str:
                 strict=True,
             )
         ]
-    legend = "* significant: 95% bootstrap interval of NEW/BASE excludes 1 and |change| >= minimum effect"
+    legend = (
+        "* significant: the 95% interval of NEW/BASE (Welch t on logs, >= 3 runs a side)"
+        " excludes 1 and |change| >= minimum effect"
+    )
     if markdown:
         return shown.to_markdown(index=False) + "\n\n" + legend
     return shown.to_string(index=False) + "\n" + legend

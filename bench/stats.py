@@ -21,8 +21,9 @@ when a run has measured enough (`median_interval` over its window throughputs).
 Ratios of two cells (`ratio`: efficiency, head-to-head, communication share) use
 Welch's t-interval on the difference of mean log throughputs, needing >= 3 runs
 on each side. tests/test_stats.py checks the coverage of both by simulation.
-The percentile bootstrap (`bootstrap`, `bootstrap_ratio`) remains for large
-samples only (e.g. regressions over many runs).
+`bench compare BASE NEW` calls a change significant with the same ratio interval.
+The percentile bootstrap (`bootstrap`) is kept only as the baseline the coverage
+test shows falling short at small n.
 """
 
 from __future__ import annotations
@@ -242,29 +243,3 @@ def bootstrap(
     alpha = (1 - confidence) / 2
     low, high = np.quantile(stats, [alpha, 1 - alpha])
     return Estimate(point, float(low), float(high), int(arr.size))
-
-
-def bootstrap_ratio(
-    num: ArrayLike,
-    den: ArrayLike,
-    scale: float = 1.0,
-    *,
-    confidence: float = 0.95,
-    resamples: int = DEFAULT_RESAMPLES,
-    seed: int = 0,
-) -> Estimate:
-    """median(num) / (scale x median(den)), resampling both groups independently."""
-    a = np.asarray(num, dtype=np.float64)
-    b = np.asarray(den, dtype=np.float64)
-    if a.size == 0 or b.size == 0:
-        raise ValueError("no values to estimate from")
-    point = float(np.median(a) / (scale * np.median(b)))
-    if a.size < 2 and b.size < 2:
-        return Estimate(point, None, None, int(min(a.size, b.size)))
-    rng = np.random.default_rng(seed)
-    ma = np.median(a[rng.integers(0, a.size, size=(resamples, a.size))], axis=1)
-    mb = np.median(b[rng.integers(0, b.size, size=(resamples, b.size))], axis=1)
-    ratios = ma / (scale * mb)
-    alpha = (1 - confidence) / 2
-    low, high = np.quantile(ratios, [alpha, 1 - alpha])
-    return Estimate(point, float(low), float(high), int(min(a.size, b.size)))

@@ -36,9 +36,10 @@ def test_known_interval_for_two_values() -> None:
 
 
 def test_ratio_point_and_interval() -> None:
-    est = stats.bootstrap_ratio([90.0, 100.0, 110.0], [50.0, 50.0, 50.0], scale=2.0)
-    assert est.value == pytest.approx(1.0)
-    assert est.low == pytest.approx(0.9) and est.high == pytest.approx(1.1)
+    est = stats.ratio([90.0, 100.0, 110.0], [50.0, 50.0, 50.0], scale=2.0)
+    assert est.value == pytest.approx(1.0) and est.method == "welch-log-t"
+    # spread only in the numerator: t(df=2) x its log standard error, both ways
+    assert est.low < 0.9 and est.high > 1.1 and est.low * est.high == pytest.approx(1.0, abs=0.02)
 
 
 def test_empty_is_an_error() -> None:
