@@ -39,6 +39,7 @@ def test_ratio_point_and_interval() -> None:
     est = stats.ratio([90.0, 100.0, 110.0], [50.0, 50.0, 50.0], scale=2.0)
     assert est.value == pytest.approx(1.0) and est.method == "welch-log-t"
     # spread only in the numerator: t(df=2) x its log standard error, both ways
+    assert est.low is not None and est.high is not None
     assert est.low < 0.9 and est.high > 1.1 and est.low * est.high == pytest.approx(1.0, abs=0.02)
 
 
