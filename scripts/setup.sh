@@ -14,6 +14,7 @@
 #                      auto (default): 1 when nvidia-smi sees a GPU
 #   BENCH_PADDLE_INDEX where paddlepaddle-gpu comes from (default: Paddle's cu126 index)
 #   BENCH_TORCH_INDEX  where the CUDA torch comes from (default: the configured index)
+#   BENCH_CUDA_HOME    CUDA toolkit Horovod's NCCL build compiles with (default: /usr/local/cuda)
 #   BENCH_PYTHON       interpreter used to create the venv (default: python3.11, else python3)
 #   BENCH_WHEEL_CACHE  where built Horovod wheels live (default: ~/.cache/bench-wheels)
 set -euo pipefail
@@ -99,7 +100,21 @@ if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
     # Tensor operations stay on Gloo either way: MPI adds a controller (and Adasum),
     # so a Gloo run is the same code path on both builds.
     if [ "$CONTROLLERS" = gloo-mpi ]; then export HOROVOD_WITH_MPI=1; else export HOROVOD_WITHOUT_MPI=1; fi
-    if [ "$GPU" = 1 ]; then export HOROVOD_GPU_OPERATIONS=NCCL; fi
+    if [ "$GPU" = 1 ]; then
+        # As scripts/gpu_bundle.sh (verified build): CUDA_HOME explicitly, since torch's
+        # extension helper otherwise guesses the toolkit from the nvcc on PATH and CMake
+        # then finds no libcudart; NCCL from torch's nvidia-nccl wheel, which ships
+        # libnccl.so.2 only, so a copy gets the libnccl.so the link step looks for.
+        cuda_home=${BENCH_CUDA_HOME:-/usr/local/cuda}
+        [ -x "$cuda_home/bin/nvcc" ] || {
+            echo "setup: BENCH_GPU=1 needs nvcc: none in $cuda_home/bin; set BENCH_CUDA_HOME" >&2; exit 1; }
+        nccl_dir=$(.venv/bin/python -c 'import os, nvidia.nccl as n; print(os.path.dirname(n.__file__) if n.__file__ else list(n.__path__)[0])') || {
+            echo "setup: BENCH_GPU=1 but torch's nvidia-nccl wheel is not installed" >&2; exit 1; }
+        mkdir -p "$work/nccl" && cp -r "$nccl_dir/include" "$nccl_dir/lib" "$work/nccl/"
+        ln -sf libnccl.so.2 "$work/nccl/lib/libnccl.so"
+        export HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_NCCL_HOME="$work/nccl" HOROVOD_NCCL_LINK=SHARED \
+            HOROVOD_CUDA_HOME="$cuda_home" CUDA_HOME="$cuda_home"
+    fi
     export MAKEFLAGS="-j$(nproc)" CMAKE_POLICY_VERSION_MINIMUM=3.5
     mkdir -p "$wheel_dir.tmp"
     "${pip[@]}" wheel --no-build-isolation --no-deps "$src" -w "$wheel_dir.tmp"
