@@ -6,9 +6,6 @@ import models
 from bench import data as bdata
 from bench.spec import (
     Device,
-    Engine,
-    GradCompression,
-    Precision,
     RunSpec,
     SpecError,
     detect_device,
@@ -71,27 +68,6 @@ def prepare(spec: RunSpec, world_size: int) -> tuple[models.ModelDef, bdata.Data
 def total_steps(spec: RunSpec, steps_per_epoch: int) -> int:
     total = steps_per_epoch * spec.epochs
     return min(total, spec.max_steps) if spec.max_steps else total
-
-
-def check_engine(engine: Engine, spec: RunSpec) -> None:
-    """Settings one engine cannot honour, refused before anything starts (runner and sweep)."""
-    if engine is Engine.PADDLE:
-        if not float(spec.bucket_mb).is_integer():
-            raise InputError(
-                f"bucket_mb={spec.bucket_mb}: paddle's DataParallel takes whole megabytes; "
-                "use an integer"
-            )
-        if spec.device is Device.CPU and spec.precision is not Precision.FP32:
-            raise InputError(
-                f"precision={spec.precision.value} on CPU: paddle's auto_cast keeps its CPU "
-                "kernels in fp32, so it would not run what torch runs; use fp32 on CPU, "
-                "or device=cuda"
-            )
-        if spec.grad_compression is not GradCompression.NONE:
-            raise InputError(
-                f"grad_compression={spec.grad_compression.value}: paddle.DataParallel has no "
-                "gradient compression; compare it with grad_compression=none"
-            )
 
 
 def check_device(spec: RunSpec) -> None:

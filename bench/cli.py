@@ -12,8 +12,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import models
-from bench import launch, records
-from bench.spec import Engine, RunSpec, SpecError, add_spec_flags, spec_from_args
+from bench import engines, launch, records
+from bench.engines import Engine
+from bench.spec import RunSpec, SpecError, add_spec_flags, spec_from_args
 from bench.sweep import Interrupted, SweepConfig, SweepError, load_config_file, run_sweep
 
 EXIT_BAD_INPUT = 2
@@ -46,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--engines",
         type=_csv(str),
-        help="comma list of horovod,ddp,paddle (default: all). An engine not installed here "
+        help=f"comma list of {','.join(Engine)} (default: all). An engine not installed here "
         "has its cells recorded as unavailable, the others run; exit status 1 if it was named",
     )
     run.add_argument("--workers", type=_csv(int), help="comma list of worker counts (default: 1,2)")
@@ -314,8 +315,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(f"# cell {i}: {cell.name}")
                 for n, node in enumerate(nodes):
                     where = f"node {n} of {len(nodes)}"
-                    if cell.engine is Engine.HOROVOD:
-                        where = "horovodrun starts the other hosts' workers by ssh"
+                    if len(nodes) < len(cell.cluster.hosts):  # e.g. horovodrun, by ssh
+                        launcher = engines.get(cell.engine).launcher
+                        where = f"{launcher} starts the other hosts' workers itself"
                     print(f"# on {node.host.name} ({where}):")
                     print(shlex.join(node.command))
             print(f"# {len(cells)} cells", file=sys.stderr)

@@ -20,7 +20,7 @@ import pandas as pd
 
 from bench import env as benv
 from bench import launch, records
-from bench.spec import Engine
+from bench.engines import Engine
 from bench.sweep import _tail, run_launch
 
 FILE = "collectives.jsonl"

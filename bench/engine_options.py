@@ -1,9 +1,11 @@
-"""Engine-specific options (`--engine-option KEY=VALUE`), declared once and framework-free.
+"""Engine-specific options (`--engine-option KEY=VALUE`): their kinds, checked framework-free.
 
-The adapters in runners/engines read their knobs from here, and `bench run` checks
-a sweep's options with the same `check` before it launches anything, so a typo is
-refused up front instead of failing every cell. What needs the framework itself
-(e.g. whether this Horovod build has MPI for Adasum) is still checked by the adapter.
+Each engine declares its options in its registry entry (bench/engines.py); the
+adapters in runners/engines read their knobs from the same declarations, and `bench
+run` checks a sweep's options with `bench.engines.check_options` before it launches
+anything, so a typo is refused up front instead of failing every cell. What needs
+the framework itself (e.g. whether this Horovod build has MPI for Adasum) is still
+checked by the adapter.
 """
 
 from __future__ import annotations
@@ -11,45 +13,40 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from bench.spec import Engine, SpecError
+from bench.spec import SpecError
 
-# name -> (kind of value, help); kinds: "bool" (true|false), "number", "path", "choice"
-# (one of CHOICES[name]).
-OPTIONS: dict[Engine, dict[str, tuple[str, str]]] = {
-    Engine.HOROVOD: {
-        "controller": (
-            "choice",
-            "gloo|mpi: horovodrun --gloo or --mpi (mpi needs Horovod built with MPI); "
-            "default gloo, mpi with adasum=true",
-        ),
-        "timeline": ("path", "PATH: write Horovod's timeline there and summarise it in the record"),
-        "autotune": ("bool", "true|false: Horovod autotuning of fusion threshold and cycle time"),
-        "adasum": (
-            "bool",
-            "true|false: Adasum gradient reduction instead of averaging (over MPI)",
-        ),
-        "cycle_time_ms": ("number", "MS: Horovod's cycle time"),
-    },
-    Engine.DDP: {},
-    Engine.PADDLE: {},
+# An engine's options: name -> (kind of value, help); kinds: "bool" (true|false),
+# "number", "path", "choice" (one of CHOICES[name]).
+Declared = Mapping[str, tuple[str, str]]
+
+HOROVOD: Declared = {
+    "controller": (
+        "choice",
+        "gloo|mpi: horovodrun --gloo or --mpi (mpi needs Horovod built with MPI); "
+        "default gloo, mpi with adasum=true",
+    ),
+    "timeline": ("path", "PATH: write Horovod's timeline there and summarise it in the record"),
+    "autotune": ("bool", "true|false: Horovod autotuning of fusion threshold and cycle time"),
+    "adasum": (
+        "bool",
+        "true|false: Adasum gradient reduction instead of averaging (over MPI)",
+    ),
+    "cycle_time_ms": ("number", "MS: Horovod's cycle time"),
 }
 CHOICES: dict[str, tuple[str, ...]] = {"controller": ("gloo", "mpi")}
 
 
-def describe(engine: Engine) -> str:
-    """The known options of `engine` with their help, for error messages."""
-    known = OPTIONS[engine]
+def describe(known: Declared) -> str:
+    """Declared options with their help, for error messages."""
     return ", ".join(f"{k} ({v[1]})" for k, v in known.items()) or "none"
 
 
-def check(engine: Engine, options: Mapping[str, str]) -> None:
+def check_declared(engine: str, known: Declared, options: Mapping[str, str]) -> None:
     """Refuse unknown option names and values of the wrong kind (SpecError names it)."""
-    known = OPTIONS[engine]
     unknown = sorted(set(options) - set(known))
     if unknown:
         raise SpecError(
-            f"unknown {engine.value} engine option(s): {', '.join(unknown)}; "
-            f"known: {describe(engine)}"
+            f"unknown {engine} engine option(s): {', '.join(unknown)}; known: {describe(known)}"
         )
     for name, value in options.items():
         kind = known[name][0]
@@ -68,8 +65,6 @@ def check(engine: Engine, options: Mapping[str, str]) -> None:
             raise SpecError(
                 f"engine option {name} must be one of {', '.join(CHOICES[name])}, got {value!r}"
             )
-    if engine is Engine.HOROVOD:
-        horovod_controller(options)
 
 
 def horovod_controller(options: Mapping[str, str]) -> str:

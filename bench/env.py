@@ -16,7 +16,7 @@ import shlex
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +48,11 @@ REDACTED = "<redacted>"
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
-# Frameworks that read the thread variables once, when they load.
-FRAMEWORKS = ("torch", "paddle", "horovod")
 
-
-def frameworks_loaded() -> list[str]:
-    """Which of the frameworks this process has imported so far."""
-    return [name for name in FRAMEWORKS if name in sys.modules]
+def frameworks_loaded(frameworks: Iterable[str]) -> list[str]:
+    """Which of `frameworks` (the engines' top-level modules, which read the thread
+    variables once, when they load) this process has imported so far."""
+    return [name for name in frameworks if name in sys.modules]
 
 
 def openmp_threads() -> dict[str, int]:

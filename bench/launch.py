@@ -13,16 +13,14 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from bench.spec import Engine
+if TYPE_CHECKING:
+    from bench.engines import Engine
 
 ROOT = Path(__file__).resolve().parent.parent
-RUNNER_SCRIPTS = {
-    Engine.HOROVOD: ROOT / "runners" / "hvd.py",
-    Engine.DDP: ROOT / "runners" / "ddp.py",
-    Engine.PADDLE: ROOT / "runners" / "paddle_dp.py",
-}
 COLLECTIVES_SCRIPT = ROOT / "runners" / "collectives.py"
 # Message sizes runners/collectives.py times by default: 4 KiB .. 64 MiB, x4.
 COLLECTIVE_SIZES = [4 * 1024 * 4**i for i in range(8)]
@@ -32,7 +30,8 @@ class LaunchError(RuntimeError):
     """A launcher that cannot be found or a plan that cannot be placed."""
 
 
-def _horovodrun(python: str) -> str:
+def horovodrun_path(python: str) -> str:
+    """horovodrun beside `python`, else on PATH; LaunchError naming the fix when absent."""
     beside = Path(python).parent / "horovodrun"
     if beside.exists():
         return str(beside)
@@ -54,7 +53,7 @@ def horovod_controllers(python: str | None = None) -> frozenset[str]:
     child process (seconds; minutes on a machine loaded many times over), once per
     interpreter.
     """
-    argv = [_horovodrun(python or sys.executable), "--check-build"]
+    argv = [horovodrun_path(python or sys.executable), "--check-build"]
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=True).stdout
     except (OSError, subprocess.SubprocessError) as exc:
@@ -63,7 +62,7 @@ def horovod_controllers(python: str | None = None) -> frozenset[str]:
     return frozenset(m.lower() for m in re.findall(r"\[X\]\s+(\w+)", section))
 
 
-def _mpi_root_env() -> list[str]:
+def mpi_root_env() -> list[str]:
     """`env` prefix that lets OpenMPI start as root: it refuses to otherwise."""
     if os.geteuid() != 0:
         return []
@@ -79,47 +78,54 @@ def launch_argv(
     python: str | None = None,
     script: Path | None = None,
     controller: str = "gloo",
+    options: Mapping[str, str] | None = None,
 ) -> list[str]:
     """argv that starts `nproc` workers of `engine` on this host with its own launcher.
 
     `log_dir`, when given, receives one log file per rank (each launcher names them its
     own way: torchrun `<run>/attempt_0/<rank>/stdout.log`, horovodrun
-    `rank.<n>/stdout`, paddle `workerlog.<n>`). `controller` is Horovod's: horovodrun
-    --gloo, or --mpi (through mpirun).
+    `rank.<n>/stdout`, paddle `workerlog.<n>`). `options` are the run's engine options
+    (Horovod's controller among them); `controller` alone sets Horovod's.
     """
     if nproc < 1:
         raise LaunchError(f"number of workers must be >= 1, got {nproc}")
-    python = python or sys.executable
-    script_path = str(script or RUNNER_SCRIPTS[engine])
-    if engine is Engine.DDP:
-        argv = [
-            python,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nnodes",
-            "1",
-            "--nproc-per-node",
-            str(nproc),
-        ]
-        if log_dir is not None:
-            argv += ["--log-dir", str(log_dir), "--tee", "3"]
-        return [*argv, script_path, *runner_args]
-    if engine is Engine.HOROVOD:
-        if controller not in ("gloo", "mpi"):
-            raise LaunchError(f"Horovod controller must be gloo or mpi, got {controller!r}")
-        argv = [_horovodrun(python), "-np", str(nproc), "-H", f"localhost:{nproc}"]
-        argv = [*(_mpi_root_env() if controller == "mpi" else []), *argv, f"--{controller}"]
-        # Horovod 0.28.1's --output-filename crashes at -np 1 (log10(0) in _pad_rank);
-        # one rank's output is the launcher's own, which the caller captures anyway.
-        if log_dir is not None and nproc > 1:
-            argv += ["--output-filename", str(log_dir)]
-        # The script is run through this Python, not its shebang, so the plan is exact.
-        return [*argv, python, script_path, *runner_args]
-    argv = [python, "-m", "paddle.distributed.launch", "--nproc_per_node", str(nproc)]
-    if log_dir is not None:
-        argv += ["--log_dir", str(log_dir)]
-    return [*argv, script_path, *runner_args]
+    (node,) = _engine_launch(
+        engine, Cluster.this_machine(nproc), nproc, runner_args, log_dir, python, script,
+        _with_controller(options, controller),
+    )  # fmt: skip
+    return node.argv
+
+
+def _with_controller(options: Mapping[str, str] | None, controller: str) -> dict[str, str]:
+    out = dict(options or {})
+    if controller != "gloo":
+        out.setdefault("controller", controller)
+    return out
+
+
+def _engine_launch(
+    engine: Engine,
+    cluster: Cluster,
+    workers: int,
+    runner_args: list[str],
+    log_dir: Path | None,
+    python: str | None,
+    script: Path | None,
+    options: Mapping[str, str],
+) -> list[NodeLaunch]:
+    # The registry builds on this module's Cluster and Host, hence imported here.
+    from bench import engines
+
+    return engines.build_launch(
+        engine,
+        cluster,
+        workers,
+        runner_args,
+        log_dir=log_dir,
+        python=python or sys.executable,
+        script=script,
+        options=options,
+    )
 
 
 # --- multi-node -----------------------------------------------------------------------
@@ -203,6 +209,8 @@ class Cluster:
     port: int = 29400  # rendezvous port on the first host
     iface: str | None = None  # network interface the collectives must use
     remote_shell: str = DEFAULT_REMOTE_SHELL
+    # this machine only: launchers start their workers here, with a rendezvous of their own
+    local: bool = False
     # for horovodrun, which reaches the other hosts by ssh itself
     ssh_port: int | None = None
     ssh_identity: str | None = None
@@ -215,6 +223,11 @@ class Cluster:
             )
         if not 1 <= self.port <= 65535:
             raise LaunchError(f"rendezvous port must be 1..65535, got {self.port}")
+
+    @classmethod
+    def this_machine(cls, workers: int) -> Cluster:
+        """This machine as a one-host cluster of `workers` slots (single-node runs)."""
+        return cls((Host("localhost", workers),), local=True)
 
     @property
     def master(self) -> Host:
@@ -273,54 +286,16 @@ def multinode_launch(
     python: str | None = None,
     script: Path | None = None,
     controller: str = "gloo",
+    options: Mapping[str, str] | None = None,
 ) -> list[NodeLaunch]:
     """Each engine's own multi-node launch of `workers` spread evenly over the cluster.
 
     torchrun and Paddle's launcher run once per host with the node's rank; horovodrun
     runs once, on the first host, and starts the other hosts' workers itself (by ssh),
-    over Gloo: the MPI controller is tested on one host only.
+    over Gloo: the MPI controller is tested on one host only. The same builder as
+    `launch_argv`'s, which is this on a one-host cluster.
     """
-    if engine is Engine.HOROVOD and controller != "gloo":
-        raise LaunchError(
-            f"Horovod controller={controller} runs on one host only here; multi-node (--hosts) "
-            "Horovod runs use the gloo controller: drop the controller option"
-        )
-    per = cluster.placement(workers)
-    python = python or sys.executable
-    script_path = str(script or RUNNER_SCRIPTS[engine])
-    nnodes = len(cluster.hosts)
-    master = cluster.master.name
-    out: list[NodeLaunch] = []
-    if engine is Engine.HOROVOD:
-        argv = [_horovodrun(python), "-np", str(workers), "--gloo"]
-        argv += ["-H", ",".join(f"{h.name}:{per}" for h in cluster.hosts)]
-        if cluster.iface:
-            argv += ["--network-interfaces", cluster.iface]
-        if cluster.ssh_port:
-            argv += ["--ssh-port", str(cluster.ssh_port)]
-        if cluster.ssh_identity:
-            argv += ["--ssh-identity-file", cluster.ssh_identity]
-        if log_dir is not None:
-            argv += ["--output-filename", str(log_dir)]
-        command = [*argv, python, script_path, *runner_args]
-        return [NodeLaunch(cluster.master, cluster.remote(cluster.master, command), command)]
-    for node_rank, host in enumerate(cluster.hosts):
-        node_log = None if log_dir is None else log_dir / f"node{node_rank}"
-        if engine is Engine.DDP:
-            argv = [python, "-m", "torch.distributed.run", "--nnodes", str(nnodes)]
-            argv += ["--node-rank", str(node_rank), "--nproc-per-node", str(per)]
-            argv += ["--master-addr", master, "--master-port", str(cluster.port)]
-            if node_log is not None:
-                argv += ["--log-dir", str(node_log), "--tee", "3"]
-        else:
-            argv = [python, "-m", "paddle.distributed.launch", "--nnodes", str(nnodes)]
-            argv += ["--rank", str(node_rank), "--nproc_per_node", str(per)]
-            # --host: the address peers reach this node at; Paddle guesses it from the
-            # host name otherwise, which is wrong on multi-homed machines.
-            argv += ["--master", f"{master}:{cluster.port}", "--host", host.name]
-            argv += ["--max_restart", "0"]
-            if node_log is not None:
-                argv += ["--log_dir", str(node_log)]
-        command = [*argv, script_path, *runner_args]
-        out.append(NodeLaunch(host, cluster.remote(host, command), command))
-    return out
+    return _engine_launch(
+        engine, cluster, workers, runner_args, log_dir, python, script,
+        _with_controller(options, controller),
+    )  # fmt: skip

@@ -16,7 +16,6 @@ import json
 import math
 import os
 import reprlib
-import shutil
 import signal
 import subprocess
 import sys
@@ -32,12 +31,11 @@ from typing import Any, TextIO
 import yaml
 
 import models
-from bench import engine_options, launch, records
+from bench import engines, launch, records
 from bench import env as benv
-from bench.checks import InputError, check_device, check_engine, prepare
-from bench.spec import Device, Engine, RunSpec, SpecError
-
-ALL_ENGINES = (Engine.HOROVOD, Engine.DDP, Engine.PADDLE)
+from bench.checks import InputError, check_device, prepare
+from bench.engines import Engine
+from bench.spec import Device, RunSpec, SpecError
 
 
 class SweepError(ValueError):
@@ -61,7 +59,8 @@ class Interrupted(BaseException):
 class SweepConfig:
     """What to sweep. Loaded from flags or a TOML/YAML file; unknown keys are refused."""
 
-    engines: tuple[Engine, ...] = ALL_ENGINES
+    # every registered engine
+    engines: tuple[Engine, ...] = dataclasses.field(default_factory=lambda: tuple(Engine))
     workers: tuple[int, ...] = (1, 2)
     models: tuple[str, ...] = ("mlp", "lenet")
     datasets: tuple[str, ...] = ()  # empty: each model's default dataset
@@ -129,7 +128,7 @@ class SweepConfig:
 
     def validate(self) -> SweepConfig:
         if not self.engines:
-            raise SweepError("engines is empty; name at least one of: horovod, ddp, paddle")
+            raise SweepError(f"engines is empty; name at least one of: {engines.names()}")
         if not self.workers or any(not isinstance(w, int) or w < 1 for w in self.workers):
             raise SweepError(f"workers must be integers >= 1, got {list(self.workers)}")
         if not self.models:
@@ -160,8 +159,8 @@ class SweepConfig:
                     f"engine option {item!r} must look like ENGINE:KEY=VALUE with ENGINE one of "
                     + ", ".join(e.value for e in Engine)
                 )
-            try:  # the adapters' own declarations, checked here before any launch
-                engine_options.check(Engine(engine), {key: value})
+            try:  # the registry's declarations, which the adapters check too
+                engines.check_options(Engine(engine), {key: value})
             except SpecError as exc:
                 raise SweepError(f"--engine-option {item}: {exc}") from None
         if self.window_steps is not None and self.window_steps < 1:
@@ -172,7 +171,7 @@ class SweepConfig:
             raise SweepError(f"measure_cap_s must be >= 0, got {self.measure_cap_s}")
         for engine in Engine:  # options that conflict with each other (adasum, controller)
             try:
-                engine_options.check(engine, self.option_map(engine))
+                engines.check_options(engine, self.option_map(engine))
             except SpecError as exc:
                 raise SweepError(f"--engine-option: {exc}") from None
         return self
@@ -221,9 +220,7 @@ def _setting(name: str, hint: Any, value: Any) -> Any:
             try:
                 return tuple(Engine(e) for e in value)
             except ValueError as exc:
-                raise SweepError(
-                    f"{exc}; engines are: {', '.join(e.value for e in Engine)}"
-                ) from None
+                raise SweepError(f"{exc}; engines are: {engines.names()}") from None
         if any(isinstance(v, bool) or not isinstance(v, item) for v in value):
             raise SweepError(f"{name} must be a list of {kind}, got {_short(value)}")
         return tuple(value)
@@ -362,17 +359,6 @@ def plan(config: SweepConfig, base: RunSpec) -> list[Cell]:
     return cells
 
 
-# The module each engine's runner needs, and how to get it.
-ENGINE_MODULES = {
-    Engine.HOROVOD: (
-        "horovod.torch",
-        "run scripts/setup.sh, which builds Horovod with PyTorch support",
-    ),
-    Engine.DDP: ("torch.distributed", "run scripts/setup.sh (installs torch)"),
-    Engine.PADDLE: ("paddle.distributed", "run scripts/setup.sh (installs paddlepaddle)"),
-}
-
-
 def engine_unavailable(engine: Engine, python: str | None = None) -> str | None:
     """Why `engine` cannot run on this machine (launcher or package missing), or None.
 
@@ -383,8 +369,8 @@ def engine_unavailable(engine: Engine, python: str | None = None) -> str | None:
     """
     import importlib.util
 
-    module, fix = ENGINE_MODULES[engine]
-    top = module.split(".")[0]
+    entry = engines.get(engine)
+    top = entry.top_module
     try:
         launch.launch_argv(engine, 1, [], python=python)
     except launch.LaunchError as exc:
@@ -396,7 +382,7 @@ def engine_unavailable(engine: Engine, python: str | None = None) -> str | None:
     except ImportError:  # a finder that refuses the name: absent all the same
         missing = True
     if missing:
-        return f"engine {engine.value} needs the {top!r} package, not installed here; {fix}"
+        return f"engine {engine.value} needs the {top!r} package, not installed here; {entry.install_hint}"
     return None
 
 
@@ -410,32 +396,17 @@ def check_engines(engines: Sequence[Engine], python: str | None = None) -> dict[
     return reasons
 
 
-def check_horovod_controller(config: SweepConfig, python: str | None = None) -> None:
-    """Refuse controller=mpi (or adasum=true) where this Horovod or machine cannot run it."""
-    options = config.option_map(Engine.HOROVOD)
-    if engine_options.horovod_controller(options) != "mpi":
-        return
-    why = "adasum=true (Adasum runs over MPI)" if "controller" not in options else "controller=mpi"
-    if config.cluster():
-        raise SweepError(
-            f"engine option {why} runs on one host only here; multi-node (--hosts) Horovod "
-            "runs use the gloo controller"
-        )
-    try:
-        built = launch.horovod_controllers(python)
-    except launch.LaunchError as exc:
-        raise SweepError(str(exc)) from None
-    if "mpi" not in built:
-        raise SweepError(
-            f"engine option {why} needs Horovod built with MPI; this Horovod has "
-            f"{', '.join(sorted(built)) or 'no controller'} only: install an MPI "
-            "(apt-get install libopenmpi-dev openmpi-bin) and rerun scripts/setup.sh"
-        )
-    if shutil.which("mpirun") is None:
-        raise SweepError(
-            f"engine option {why} needs mpirun on PATH (horovodrun --mpi starts the workers "
-            "with it); install openmpi-bin or put your MPI's bin folder on PATH"
-        )
+def check_launches(config: SweepConfig, used: Sequence[Engine], python: str | None = None) -> None:
+    """Each engine's own pre-launch checks of the sweep's options on this machine."""
+    multi_node = config.cluster() is not None
+    for engine in used:
+        check = engines.get(engine).check_launch
+        if check is None:
+            continue
+        try:
+            check(config.option_map(engine), multi_node, python)
+        except launch.LaunchError as exc:
+            raise SweepError(str(exc)) from None
 
 
 def check_plan(
@@ -449,13 +420,13 @@ def check_plan(
     `devices=False` skips the GPU check, for a plan printed here to run elsewhere
     (`--dry-run` of a GPU sweep on a CPU machine).
     """
-    unavailable = check_engines(sorted({c.engine for c in cells}, key=lambda e: e.value), python)
-    if Engine.HOROVOD not in unavailable and any(c.engine is Engine.HOROVOD for c in cells):
-        check_horovod_controller(config, python)
+    used = sorted({c.engine for c in cells}, key=lambda e: e.value)
+    unavailable = check_engines(used, python)
+    check_launches(config, [e for e in used if e not in unavailable], python)
     seen = set()
     for cell in cells:
         try:
-            check_engine(cell.engine, cell.spec)
+            engines.check_engine(cell.engine, cell.spec)
             if devices and not cell.cluster:  # other hosts' GPUs are not visible from here
                 check_device(cell.spec)
         except InputError as exc:
@@ -628,28 +599,15 @@ def cell_argv(
     if timeline and cell.engine is Engine.HOROVOD:
         options.append(f"timeline={log_dir / 'timeline.json'}")
     runner_args += [a for kv in options for a in ("--engine-option", kv)]
-    controller = "gloo"
-    if cell.engine is Engine.HOROVOD:
-        controller = engine_options.horovod_controller(dict(o.partition("=")[::2] for o in options))
-    if cell.cluster:
-        return launch.multinode_launch(
-            cell.engine,
-            cell.cluster,
-            cell.workers,
-            runner_args,
-            log_dir=log_dir,
-            python=python,
-            controller=controller,
-        )
-    argv = launch.launch_argv(
+    return engines.build_launch(
         cell.engine,
+        cell.cluster or launch.Cluster.this_machine(cell.workers),
         cell.workers,
         runner_args,
         log_dir=log_dir,
-        python=python,
-        controller=controller,
+        python=python or sys.executable,
+        options=dict(o.partition("=")[::2] for o in options),
     )
-    return [launch.NodeLaunch(launch.Host("localhost", cell.workers), argv, argv)]
 
 
 def _write_log(path: Path, text: str) -> None:

@@ -13,8 +13,9 @@ import numpy as np
 from bench import env as benv
 from bench import records
 from bench.checks import InputError
+from bench.engines import Engine
 from bench.launch import COLLECTIVE_SIZES as DEFAULT_SIZES
-from bench.spec import Device, Engine, RunSpec, SpecError
+from bench.spec import Device, RunSpec, SpecError
 
 COLLECTIVES_FILE = "collectives.jsonl"
 
@@ -110,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "device": spec.device.value,  # auto resolved
     }
     record = records.new_record(
-        spec_data, engine.value, adapter.world_size, _labels(args.label), _launcher()
+        spec_data, engine.value, adapter.world_size, _labels(args.label), _launcher(engine)
     )
     record["kind"] = "collective"
     record.update(benv.oversubscription(adapter.local_world_size, spec.threads))

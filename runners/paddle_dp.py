@@ -15,7 +15,7 @@ from runners._bootstrap import ensure_venv
 
 ensure_venv()
 
-from bench.spec import Engine  # noqa: E402
+from bench.engines import Engine  # noqa: E402
 from runners.protocol import main  # noqa: E402
 
 if __name__ == "__main__":

@@ -35,23 +35,19 @@ import sys
 import time
 import traceback
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 import models
-from bench import contention, engine_options, records, stats
+from bench import contention, engines, records, stats
 from bench import data as bdata
 from bench import env as benv
-from bench.checks import InputError, check_device, check_engine, prepare, total_steps
-from bench.spec import Engine, SpecError, add_spec_flags, spec_from_args
+from bench.checks import InputError, check_device, prepare, total_steps
+from bench.engines import Engine
+from bench.spec import SpecError, add_spec_flags, spec_from_args
 from runners.engines.base import EngineAdapter
-
-ADAPTERS = {
-    Engine.HOROVOD: "runners.engines.torch_engines:HorovodAdapter",
-    Engine.DDP: "runners.engines.torch_engines:DDPAdapter",
-    Engine.PADDLE: "runners.engines.paddle_engine:PaddleAdapter",
-}
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -60,7 +56,7 @@ EXIT_DIVERGED = 3  # recorded with status diverged
 
 def build_parser(engine: Engine) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=f"runners/{ {'horovod': 'hvd', 'ddp': 'ddp', 'paddle': 'paddle_dp'}[engine.value] }.py",
+        prog=_script_name(engines.get(engine).runner),
         description=f"Train one reference model under {engine.value} and append a result record.",
     )
     add_spec_flags(parser)
@@ -89,7 +85,7 @@ def build_parser(engine: Engine) -> argparse.ArgumentParser:
         default=[],
         metavar="KEY=VALUE",
         help="engine-specific knob outside the shared spec, recorded in knobs (repeatable); "
-        f"{engine.value}: {engine_options.describe(engine)}".replace("%", "%%"),
+        f"{engine.value}: {engines.describe_options(engine)}".replace("%", "%%"),
     )
     parser.add_argument("--quiet", action="store_true", help="no per-epoch progress lines")
     add_measure_flags(parser)
@@ -141,8 +137,16 @@ def _labels(items: Sequence[str], flag: str = "--label") -> dict[str, str]:
     return out
 
 
+def _script_name(path: Path) -> str:
+    """The runner as its usage line names it: relative to the repository when inside it."""
+    try:
+        return str(path.relative_to(engines.ROOT))
+    except ValueError:
+        return path.name
+
+
 def _load_adapter(engine: Engine) -> type[EngineAdapter]:
-    module, _, name = ADAPTERS[engine].partition(":")
+    module, _, name = engines.get(engine).adapter.partition(":")
     try:
         cls: type[EngineAdapter] = getattr(importlib.import_module(module), name)
     except ImportError as exc:
@@ -170,19 +174,9 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _launcher() -> dict[str, Any]:
+def _launcher(engine: Engine) -> dict[str, Any]:
     """Which launcher started this process, and its command line when visible."""
-    env = os.environ
-    if "TORCHELASTIC_RUN_ID" in env:
-        name = "torchrun"
-    elif "HOROVOD_RANK" in env:
-        name = "horovodrun"
-    elif "PADDLE_TRAINER_ID" in env:
-        name = "paddle.distributed.launch"
-    elif "OMPI_COMM_WORLD_RANK" in env:  # OpenMPI's mpirun (horovodrun --mpi starts it)
-        name = "mpirun"
-    else:
-        name = "none"
+    name = engines.recognise_launcher(engine, os.environ)
     parent: list[str] | None = None
     try:
         import psutil
@@ -529,7 +523,7 @@ def train(
                 **record.get("threads", {}),
                 **adapter.threads(),
                 "openmp": benv.openmp_threads(),
-                "frameworks_loaded": benv.frameworks_loaded(),
+                "frameworks_loaded": benv.frameworks_loaded(engines.frameworks()),
             },
             "hosts": hosts,
             # Launcher's node count (namespaces share a hostname, so hosts cannot tell).
@@ -650,12 +644,12 @@ def main(engine: Engine, argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     # Before the framework is imported below; frameworks already loaded would have read
     # the old values (the record lists them: it must be empty).
-    loaded_early = benv.frameworks_loaded()
+    loaded_early = benv.frameworks_loaded(engines.frameworks())
     benv.set_thread_env(spec.threads)
     try:
         adapter = _load_adapter(engine)(spec, args.collective_timeout, options)
         model, dataset, spe = prepare(spec, adapter.expected_world_size())
-        check_engine(engine, spec)
+        engines.check_engine(engine, spec)
         check_device(spec)
     except (SpecError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -667,7 +661,7 @@ def main(engine: Engine, argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     record = records.new_record(
-        spec.to_dict(), engine.value, adapter.world_size, labels, _launcher()
+        spec.to_dict(), engine.value, adapter.world_size, labels, _launcher(engine)
     )
     record["threads"] = {"frameworks_before_thread_env": loaded_early}
     record.update(benv.oversubscription(adapter.local_world_size, spec.threads))

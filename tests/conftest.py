@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from bench import launch, records
-from bench.spec import Engine
+from bench import engines, launch, records
+from bench.engines import Engine
 
 ROOT = Path(__file__).resolve().parent.parent
 # Generous: a healthy 2-process run here takes 5-10 s; the limit only stops a hang.
@@ -93,7 +93,7 @@ def run_direct(
     proc = subprocess.run(
         [
             sys.executable,
-            str(launch.RUNNER_SCRIPTS[engine]),
+            str(engines.get(engine).runner),
             *_measure_args(args),
             "--results",
             str(results),

@@ -11,7 +11,7 @@ import pytest
 
 from bench import env as benv
 from bench import records
-from bench.spec import Engine
+from bench.engines import Engine
 from tests.conftest import ROOT, run_bench, run_direct, run_engine
 
 ENGINES = [Engine.HOROVOD, Engine.DDP, Engine.PADDLE]

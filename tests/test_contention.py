@@ -10,7 +10,7 @@ import pytest
 
 from bench import contention
 from bench.contention import Snapshot
-from bench.spec import Engine
+from bench.engines import Engine
 from tests.conftest import ok_record, run_direct
 
 

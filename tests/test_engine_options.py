@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bench import launch, records, report
-from bench.spec import Engine
+from bench.engines import Engine
 from tests.conftest import ROOT, RUN_TIMEOUT_S, ok_record, run_direct, run_engine
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bench.spec import Engine
+from bench.engines import Engine
 from tests.conftest import ok_record, run_engine
 
 pytestmark = pytest.mark.distributed

@@ -11,7 +11,8 @@ import pytest
 
 from bench import cli, records
 from bench import env as benv
-from bench.spec import Engine, RunSpec
+from bench.engines import Engine
+from bench.spec import RunSpec
 from bench.sweep import SweepConfig, run_sweep
 
 TINY = RunSpec(model="mlp", max_steps=12, warmup_steps=2, epochs=1)

@@ -19,7 +19,8 @@ import psutil
 import pytest
 
 from bench import records
-from bench.spec import Engine, RunSpec
+from bench.engines import Engine
+from bench.spec import RunSpec
 from bench.sweep import SweepConfig, plan, run_cell
 from tests.conftest import ROOT
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.spec import Engine
+from bench.engines import Engine
 from tests.conftest import ok_record, run_engine
 
 pytestmark = [pytest.mark.gpu, pytest.mark.distributed]

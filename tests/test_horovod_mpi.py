@@ -19,8 +19,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench import engine_options, launch, records, sweep
-from bench.spec import Engine, SpecError
+from bench import engine_options, engines, launch, records, sweep
+from bench.engines import Engine
+from bench.spec import SpecError
 from tests.conftest import run_bench, run_direct
 
 BUILT = launch.horovod_controllers()
@@ -63,7 +64,7 @@ def test_controller_follows_the_options(options: dict[str, str], controller: str
 )
 def test_bad_controller_options_are_refused(options: dict[str, str], message: str) -> None:
     with pytest.raises(SpecError, match=message):
-        engine_options.check(Engine.HOROVOD, options)
+        engines.check_options(Engine.HOROVOD, options)
 
 
 def test_launch_argv_picks_the_controller() -> None:
@@ -98,9 +99,9 @@ def test_mpi_refused_before_launch_on_a_gloo_only_build(tmp_path: Path, option: 
     assert launch.horovod_controllers(python) == {"gloo"}
     config = sweep.SweepConfig(engines=(Engine.HOROVOD,), engine_options=(option,)).validate()
     with pytest.raises(sweep.SweepError, match="needs Horovod built with MPI; this Horovod has "):
-        sweep.check_horovod_controller(config, python)
+        sweep.check_launches(config, [Engine.HOROVOD], python)
     # a Gloo sweep on the same build is fine
-    sweep.check_horovod_controller(sweep.SweepConfig(engines=(Engine.HOROVOD,)), python)
+    sweep.check_launches(sweep.SweepConfig(engines=(Engine.HOROVOD,)), [Engine.HOROVOD], python)
 
 
 def test_mpi_refused_for_multinode_runs() -> None:
@@ -111,7 +112,7 @@ def test_mpi_refused_for_multinode_runs() -> None:
         hosts="a:1,b:1",
     ).validate()
     with pytest.raises(sweep.SweepError, match="runs on one host only here"):
-        sweep.check_horovod_controller(config)
+        sweep.check_launches(config, [Engine.HOROVOD])
 
 
 def test_adasum_with_gloo_controller_is_refused_by_the_runner(tmp_path: Path) -> None:

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from bench import records
-from bench.spec import Device, Engine, RunSpec, SpecError
+from bench.engines import Engine
+from bench.spec import Device, RunSpec, SpecError
 from tests.conftest import ROOT, run_bench, run_direct, run_engine
 from tests.test_faults import _procs_with
 
@@ -445,10 +446,10 @@ def test_sweep_refuses_engine_options_before_launch(
 
 
 def test_engine_options_are_declared_once() -> None:
-    from bench import engine_options
+    from bench import engines
     from runners.engines.torch_engines import HorovodAdapter
 
-    assert "cycle_time_ms" in engine_options.OPTIONS[Engine.HOROVOD]
+    assert "cycle_time_ms" in engines.get(Engine.HOROVOD).options
     with pytest.raises(SpecError, match="unknown horovod engine option"):
         HorovodAdapter(RunSpec(model="mlp", device=Device.CPU), options={"nosuch": "1"})
 

@@ -23,7 +23,8 @@ import pytest
 
 import models
 from bench import data, env, launch, records, report
-from bench.spec import Engine, Optimizer, RunSpec, SpecError
+from bench.engines import Engine
+from bench.spec import Optimizer, RunSpec, SpecError
 from runners.engines.base import EngineAdapter
 from runners.protocol import _load_adapter
 from tests.conftest import ROOT, RUN_TIMEOUT_S, ok_record, run_engine

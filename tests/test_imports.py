@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.spec import Engine
+from bench.engines import Engine
 from tests.conftest import ROOT, ok_record, run_direct
 
 GOLDEN = Path(__file__).parent / "data" / "golden.jsonl"

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from bench import launch, records, sweep
-from bench.spec import Engine, RunSpec
+from bench.engines import Engine
+from bench.spec import RunSpec
 from bench.sweep import SweepConfig, SweepError, run_sweep
 from tests import netns
 from tests.conftest import run_bench

@@ -11,7 +11,8 @@ import psutil
 import pytest
 
 from bench import records
-from bench.spec import Engine, RunSpec, spec_from_args
+from bench.engines import Engine
+from bench.spec import RunSpec, spec_from_args
 from bench.sweep import SweepConfig, plan, run_cell, run_sweep, spec_flags
 from runners.protocol import build_parser
 

@@ -15,7 +15,8 @@ import pytest
 import models
 from bench import data as bdata
 from bench.checks import prepare, total_steps
-from bench.spec import Engine, RunSpec
+from bench.engines import Engine
+from bench.spec import RunSpec
 from runners import protocol
 from runners.engines.base import EngineAdapter
 

@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from bench import engine_options
-from bench.spec import Engine, RunSpec
+from bench import engines
+from bench.engines import Engine
+from bench.spec import RunSpec
 from models.base import ModelDef, Shape, Weights
 
 # fp16 loss scaling, one setting for every engine, stated explicitly (torch's defaults;
@@ -60,8 +61,8 @@ class EngineAdapter(abc.ABC):
         self.timeout_s = timeout_s  # longest a collective may wait for a peer before failing
         self.options = dict(options or {})
         # Engine-specific knobs outside the shared contract (--engine-option KEY=VALUE),
-        # declared in bench/engine_options.py, where `bench run` checks them too.
-        engine_options.check(self.engine, self.options)
+        # declared in the engine's registry entry, where `bench run` checks them too.
+        engines.check_options(self.engine, self.options)
         self.rank = 0
         self.local_rank = 0
         self.world_size = 1

@@ -20,7 +20,8 @@ with warnings.catch_warnings():
     import paddle.distributed as dist
     import paddle.nn.functional as F
 
-from bench.spec import BNBuffers, Device, Engine, Optimizer, Precision, SpecError
+from bench.engines import Engine
+from bench.spec import BNBuffers, Device, Optimizer, Precision, SpecError
 from models.base import ModelDef, Shape, Weights
 from runners.engines.base import LOSS_SCALER, EngineAdapter
 

@@ -22,10 +22,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from bench import engine_options
 from bench.checks import InputError
+from bench.engines import Engine
 from bench.spec import (
     BNBuffers,
     Device,
-    Engine,
     GradCompression,
     Optimizer,
     Precision,

@@ -34,7 +34,7 @@ import numpy as np
 
 from bench import data as bdata
 from bench import launch, records, stats
-from bench.spec import Engine
+from bench.engines import Engine
 
 HERE = Path(__file__).resolve().parent / "independent"
 LOOPS = {Engine.DDP: "ddp.py", Engine.HOROVOD: "hvd.py", Engine.PADDLE: "paddle_dp.py"}

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import numpy as np
 
 from bench import launch, records
-from bench.spec import Engine
+from bench.engines import Engine
 
 HERE = Path(__file__).resolve().parent / "handwritten"
 LOOPS = {Engine.DDP: "ddp_loop.py", Engine.HOROVOD: "hvd_loop.py", Engine.PADDLE: "paddle_loop.py"}

@@ -20,7 +20,8 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 import models
 from bench import data, env, records, report
-from bench.spec import Engine, RunSpec
+from bench.engines import Engine
+from bench.spec import RunSpec
 from runners.engines.base import EngineAdapter
 from runners.protocol import _load_adapter
 

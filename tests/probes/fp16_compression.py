@@ -27,7 +27,8 @@ import numpy as np
 import models
 from bench import env as benv
 from bench.checks import prepare
-from bench.spec import Engine, RunSpec
+from bench.engines import Engine
+from bench.spec import RunSpec
 from runners.protocol import _load_adapter
 
 
