@@ -404,22 +404,14 @@ def render_compare(
                 "group": c.group,
                 "machine": c.machine,
                 "libraries": c.libraries,
-                "sections": {
-                    n: json.loads(df.to_json(orient="records")) for n, df in c.sections.items()
-                },
+                "sections": {n: report.numeric_rows(c, n) for n in c.sections},
                 "notes": c.notes,
             }
             for c in comps
         ]
         out.append(json.dumps(data, indent=1))
-    elif fmt == "csv":
-        for c in comps:
-            for name, df in c.sections.items():
-                out.append(
-                    df.assign(comparison=c.title, machine=c.machine, section=name).to_csv(
-                        index=False
-                    )
-                )
+    elif fmt == "csv":  # one long table, numbers as numbers (pandas.read_csv reads it)
+        out.append(report.long_table(comps).to_csv(index=False))
     elif fmt == "markdown":
         for c in comps:
             out.append(f"### {c.title}\n\nmachine: {c.machine} | {c.libraries}\n")

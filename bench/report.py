@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -43,9 +44,10 @@ class Comparison:
     machine: str = "?"
     libraries: str = ""
     run_ids: list[str] = dataclasses.field(default_factory=list)
-    # The numbers behind the tables' intervals, for plots: one row per (engine, workers,
-    # metric) with value, low, high (None without an interval). Metrics: samples/s,
-    # efficiency, twin samples/s (the compute-only twin), vs fastest.
+    # The numbers behind the tables' intervals, for plots and json/csv: one row per
+    # (engine, workers, metric) with value, low, high (None without an interval) and n.
+    # Metrics: samples/s, efficiency, twin samples/s (the compute-only twin), comm %
+    # (a share, 0..1), vs fastest.
     intervals: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
 
     @property
@@ -230,8 +232,16 @@ def _keep(
             "value": est.value,
             "low": est.low,
             "high": est.high,
+            "n": est.n,
         }
     )
+
+
+def _lost_share(ratio: stats.Estimate) -> stats.Estimate:
+    """1 - synchronised/compute-only throughput: the share lost to communication."""
+    low = None if ratio.high is None else 1 - ratio.high
+    high = None if ratio.low is None else 1 - ratio.low
+    return stats.Estimate(1 - ratio.value, low, high, ratio.n, ratio.method)
 
 
 def _contended(cell: pd.DataFrame) -> str:
@@ -283,6 +293,7 @@ def _throughput_rows(
                     "twin samples/s",
                     stats.estimate(nosync["throughput"].tolist()),
                 )
+                _keep(iv, engine, workers, "comm %", _lost_share(ratio))
                 share = f"{1 - ratio.value:.0%}"
                 if ratio.low is not None and ratio.high is not None:
                     share += f" [{1 - ratio.high:.0%}, {1 - ratio.low:.0%}] n={ratio.n}"
@@ -566,3 +577,94 @@ def render_text(comp: Comparison) -> str:
         lines += ["", f"  {name}:", formatted(section).to_string(index=False)]
     lines += [""] + [f"  {n}" for n in comp.notes]
     return "\n".join(lines)
+
+
+# --- numbers for json and csv ---------------------------------------------------------
+
+# The tables' display-only interval columns, and the metric (in `intervals`) each shows.
+_INTERVAL_COLUMNS = {
+    ("throughput", "95% CI"): "samples/s",
+    ("throughput", "eff. 95% CI"): "efficiency",
+    ("head to head", "95% CI"): "vs fastest",
+}
+_KEYS = ("engine", "workers")
+
+
+def _plain(value: Any) -> Any:
+    """A cell as data: numbers as numbers, missing (NaN, None, the tables' '-') as None."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is None or value == "-" or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return value
+
+
+def numeric_rows(comp: Comparison, section: str) -> list[dict[str, Any]]:
+    """One table of `comp` with numbers kept as numbers, for json and csv.
+
+    Each interval becomes `METRIC low`, `METRIC high` and `METRIC n` beside the
+    metric's value (the display column '95% CI' is dropped; comm % is a share
+    0..1 with its interval); missing values are None, never '-'.
+    """
+    df = comp.sections[section]
+    iv = comp.intervals
+    lookup: dict[tuple[str, int, str], dict[str, Any]] = {}
+    if not iv.empty:
+        for row in iv.to_dict("records"):
+            lookup[str(row["engine"]), int(row["workers"]), str(row["metric"])] = row
+    shown = {col: m for (sec, col), m in _INTERVAL_COLUMNS.items() if sec == section}
+    out = []
+    for row in df.to_dict("records"):
+        item: dict[str, Any] = {}
+        for col, value in row.items():
+            if col in shown:
+                continue
+            found = (
+                lookup.get((str(row["engine"]), int(row["workers"]), str(col)))
+                if all(k in row for k in _KEYS) and col not in _KEYS
+                else None
+            )
+            if found is None:
+                item[col] = _plain(value)
+                continue
+            item[col] = _plain(found["value"])
+            for end in ("low", "high", "n"):
+                item[f"{col} {end}"] = _plain(found[end])
+        out.append(item)
+    return out
+
+
+def long_table(comps: Iterable[Comparison]) -> pd.DataFrame:
+    """Every table of every comparison as one long table (csv): one row per
+    (comparison, section, engine, workers, metric) with numeric value, low, high and n,
+    or `text` for a non-numeric cell (a verdict, 'k/n' counts); missing cells empty."""
+    rows = []
+    for comp in comps:
+        for section in comp.sections:
+            for item in numeric_rows(comp, section):
+                for col, value in item.items():
+                    if col in _KEYS or col.endswith((" low", " high", " n")):
+                        continue
+                    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+                    rows.append(
+                        {
+                            "comparison": comp.title,
+                            "group": comp.group,
+                            "machine": comp.machine,
+                            "section": section,
+                            "engine": item.get("engine"),
+                            "workers": item.get("workers"),
+                            "metric": col,
+                            "value": value if number else None,
+                            "low": item.get(f"{col} low"),
+                            "high": item.get(f"{col} high"),
+                            "n": item.get(f"{col} n"),
+                            "text": None if number or value is None else str(value),
+                        }
+                    )
+    columns = ["comparison", "group", "machine", "section", "engine", "workers", "metric"]
+    columns += ["value", "low", "high", "n", "text"]
+    table = pd.DataFrame(rows, columns=columns)
+    for col in ("workers", "n"):
+        table[col] = table[col].astype("Int64")
+    return table

@@ -9,6 +9,7 @@ differs); asserted to 1e-6 relative.
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -216,12 +217,16 @@ def test_horovod_over_mpi_and_gloo_match_ddp(mpi_results: Path) -> None:
 def test_compare_shows_both_controllers_with_efficiency(mpi_results: Path) -> None:
     proc = _bench("compare", str(mpi_results), "--format", "csv", timeout=300)
     assert proc.returncode == 0, proc.stderr
-    rows = [line.split(",") for line in proc.stdout.splitlines()]
-    print(proc.stdout)
+    table = pd.read_csv(io.StringIO(proc.stdout))
     for variant in ("horovod", "horovod[mpi]"):
         # the throughput table's row: efficiency against the same variant at 1 worker
-        two = [r for r in rows if r[:2] == [variant, "2"] and r[-1] == "throughput"]
-        assert len(two) == 1 and float(two[0][6]) > 0, proc.stdout
+        two = table[
+            (table["section"] == "throughput")
+            & (table["engine"] == variant)
+            & (table["workers"] == 2)
+            & (table["metric"] == "efficiency")
+        ]
+        assert len(two) == 1 and two["value"].iloc[0] > 0, proc.stdout
 
 
 @pytest.mark.distributed

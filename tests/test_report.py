@@ -255,3 +255,34 @@ def test_contended_runs_are_flagged_in_every_timing_table() -> None:
         assert section.loc[("horovod", 2), "contended"] == "3/3", name
         assert section.loc[("ddp", 2), "contended"] == "-", name
     assert any("measured while other processes" in n for n in comp.notes)
+
+
+def test_json_and_csv_keep_numbers_as_numbers() -> None:
+    """json and csv carry value, low, high and n as numbers, missing as null/empty,
+    never '-' or a preformatted interval; csv is one table pandas reads back."""
+    import io
+
+    from bench import cli
+
+    loaded = records.load([GOLDEN])
+    data = json.loads(cli.render_compare(loaded, "json", report.DEFAULT_TARGET) or "")
+    rows = {(r["engine"], r["workers"]): r for r in data[0]["sections"]["throughput"]}
+    ddp2 = rows["ddp", 2]
+    assert ddp2["samples/s"] == 150 and ddp2["samples/s n"] == 3
+    assert ddp2["samples/s low"] == pytest.approx(127, abs=1)
+    assert ddp2["samples/s high"] == pytest.approx(177, abs=1)
+    assert ddp2["comm %"] == pytest.approx(0.25)  # a share, with its interval beside it
+    assert ddp2["comm % low"] < 0.25 < ddp2["comm % high"]
+    assert "95% CI" not in ddp2 and rows["ddp", 1]["comm %"] is None
+    text = json.dumps(data)
+    assert '"-"' not in text and "n=3" not in text
+    csv = cli.render_compare(loaded, "csv", report.DEFAULT_TARGET) or ""
+    table = pd.read_csv(io.StringIO(csv))
+    assert list(table.columns[-5:]) == ["value", "low", "high", "n", "text"]
+    assert set(table["section"]) == {"throughput", "per rank", "accuracy", "head to head"}
+    sps = table[(table["section"] == "throughput") & (table["metric"] == "samples/s")]
+    one = sps[(sps["engine"] == "ddp") & (sps["workers"] == 2)].iloc[0]
+    assert (one["value"], one["n"]) == (150, 3) and one["low"] < 150 < one["high"]
+    assert table["value"].dtype == float and not (table["text"] == "-").any()
+    # text keeps its formatting
+    assert "[127, 177] n=3" in (cli.render_compare(loaded, "text", report.DEFAULT_TARGET) or "")
