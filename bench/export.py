@@ -58,8 +58,11 @@ def to_pytest_benchmark(recs: list[dict[str, Any]]) -> dict[str, Any]:
             continue
         env = r.get("env") or {}
         # one benchmark never pools machines or library versions (as in `bench compare`)
-        key = report._group_key(
-            spec, benv.machine_key(env), json.dumps(env.get("libraries", {}), sort_keys=True)
+        key = report.group_key(
+            spec,
+            benv.machine_key(env),
+            json.dumps(env.get("libraries", {}), sort_keys=True),
+            protocol=records.protocol_version(r),
         )
         cells.setdefault((key, r["engine"], int(r["world_size"])), []).append(r)
     benchmarks = []

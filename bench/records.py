@@ -18,7 +18,7 @@ import math
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,11 @@ from bench import env as benv
 from bench import schema
 
 SCHEMA_VERSION = 2
+# The measurement protocol a record was taken under (runners/protocol.py: what is timed
+# and how). Bump it when a change makes new numbers incomparable with old ones: resume
+# then reruns cells recorded under another version, and compare keeps them apart.
+# Records without the field were taken under version 1.
+PROTOCOL_VERSION = 1
 DEFAULT_FILE = "runs.jsonl"
 
 # Fields every record must have, whatever its status (the full table: bench/schema.py).
@@ -150,6 +155,7 @@ def new_record(
     """The fields every record has, whoever writes it (a runner or the sweep)."""
     return {
         "schema_version": SCHEMA_VERSION,
+        "protocol_version": PROTOCOL_VERSION,
         "run_id": uuid.uuid4().hex,
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "status": status,
@@ -526,3 +532,9 @@ def load_summaries(paths: Iterable[str | Path]) -> Loaded:
         recs.extend(got)
         problems.extend(bad)
     return Loaded(recs, problems, skipped)
+
+
+def protocol_version(record: Mapping[str, Any]) -> int:
+    """The measurement protocol `record` was taken under (1 for records before the field)."""
+    version = record.get("protocol_version")
+    return version if isinstance(version, int) and not isinstance(version, bool) else 1

@@ -24,6 +24,7 @@ import pandas as pd
 
 from bench import env as benv
 from bench import records, stats
+from bench.spec import GROUP_FIELDS_V1, canonical
 
 # Spec fields that may differ between the runs of one comparison.
 VARYING = ("seed",)
@@ -55,9 +56,16 @@ class Comparison:
         return self.sections["throughput"]
 
 
-def _group_key(spec: dict[str, Any], *context: str) -> str:
-    """Short hash of a spec minus its seed, plus `context` (machine, libraries) when given."""
-    fixed = {k: v for k, v in spec.items() if k not in VARYING}
+def group_key(spec: dict[str, Any], *context: str, protocol: int = 1) -> str:
+    """Short hash of a spec minus its seed, plus `context` (machine, libraries) when given.
+
+    The spec is normalised first (`spec.canonical`), so a field added to RunSpec at its
+    default does not split a group; records of another measurement protocol than the
+    first get a group of their own (version 1 hashes as before the version existed).
+    """
+    fixed = {k: v for k, v in canonical(spec, GROUP_FIELDS_V1).items() if k not in VARYING}
+    if protocol != 1:
+        context = (*context, f"protocol {protocol}")
     text = json.dumps([fixed, *context] if context else fixed, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:10]
 
@@ -139,6 +147,7 @@ def frame(recs: Iterable[dict[str, Any]], target: float = DEFAULT_TARGET) -> pd.
         libraries = json.dumps(env.get("libraries", {}), sort_keys=True)
         oversub, budget = oversubscription(r)
         variant = _variant(r)
+        protocol = records.protocol_version(r)
         rows.append(
             {
                 "run_id": r.get("run_id"),
@@ -152,9 +161,10 @@ def frame(recs: Iterable[dict[str, Any]], target: float = DEFAULT_TARGET) -> pd.
                 "dataset": spec.get("dataset"),
                 "seed": spec.get("seed"),
                 "grad_sync": spec.get("grad_sync", True),
-                "group": _group_key(spec, machine, libraries),
-                "twin_group": _group_key(twin, machine, libraries),
-                "spec_group": _group_key(spec),  # the same spec on any machine (BASE/NEW)
+                "group": group_key(spec, machine, libraries, protocol=protocol),
+                "twin_group": group_key(twin, machine, libraries, protocol=protocol),
+                # the same spec on any machine (BASE/NEW)
+                "spec_group": group_key(spec, protocol=protocol),
                 "title": _title(spec),
                 "throughput": r.get("throughput"),
                 # other processes used the CPUs while it was timed (bench/contention.py)

@@ -411,6 +411,8 @@ FIELDS_V2.update(
         "cpu_budget": Field(
             Obj({"workers_on_host": COUNT, "threads_per_worker": COUNT, "usable_cpus": COUNT})
         ),
+        # the measurement protocol (records.PROTOCOL_VERSION); absent: version 1
+        "protocol_version": Field(_Int(1)),
     }
 )
 

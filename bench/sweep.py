@@ -35,7 +35,7 @@ from bench import engines, launch, records
 from bench import env as benv
 from bench.checks import InputError, check_device, prepare
 from bench.engines import Engine
-from bench.spec import Device, RunSpec, SpecError
+from bench.spec import CELL_FIELDS_V1, Device, RunSpec, SpecError, canonical
 
 
 class SweepError(ValueError):
@@ -305,7 +305,8 @@ class Cell:
         """Identity for resume: same spec, engine, workers, repeat and environment."""
         blob = json.dumps(
             [
-                self.spec.to_dict(),
+                # a spec field added later at its default leaves the key as it was
+                canonical(self.spec.to_dict(), CELL_FIELDS_V1),
                 self.engine.value,
                 self.workers,
                 self.repeat,
@@ -757,10 +758,12 @@ def completed_cells(results: Path) -> set[str]:
     )
     if loaded is None:
         return set()
+    # a cell recorded under another measurement protocol is not done: it is rerun
     return {
         (r.get("labels") or {}).get("cell", "")
         for r in loaded.records
         if r["status"] == records.Status.OK
+        and records.protocol_version(r) == records.PROTOCOL_VERSION
     }
 
 

@@ -1,0 +1,66 @@
+"""Identities across suite changes: the protocol version and spec normalisation in the
+comparison group and the resume key (no training)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+from bench import records, report, sweep
+from bench.spec import RunSpec
+
+GOLDEN = Path(__file__).parent / "data" / "golden.jsonl"
+
+
+def _golden() -> list[dict[str, Any]]:
+    return records.load([GOLDEN]).records
+
+
+def test_a_spec_field_at_its_default_does_not_split_groups() -> None:
+    """Records written before a RunSpec field existed and records that carry it at its
+    default are one comparison (and one BASE/NEW cell)."""
+    old = _golden()  # their specs predate allow_tf32, augment, bn_* and grad_compression
+    assert "allow_tf32" not in old[0]["spec"]
+    new = copy.deepcopy(old)
+    defaults = RunSpec().to_dict()
+    for r in new:
+        r["spec"] = {**defaults, **r["spec"]}
+        r["run_id"] += "-new"
+    spec_old, spec_new = old[0]["spec"], new[0]["spec"]
+    assert report.group_key(spec_old, "m") == report.group_key(spec_new, "m")
+    assert len(report.compare(old)) == len(report.compare(old + new)) == 1
+    # a field away from its default still makes its own group
+    other = {**spec_new, "allow_tf32": True}
+    assert report.group_key(other, "m") != report.group_key(spec_new, "m")
+
+
+def test_another_protocol_version_is_its_own_comparison() -> None:
+    old = _golden()
+    new = copy.deepcopy(old)
+    for r in new:
+        r["protocol_version"] = 2
+        r["run_id"] += "-p2"
+    assert records.protocol_version(old[0]) == 1
+    comps = report.compare(old + new)
+    assert len(comps) == 2 and len({c.group for c in comps}) == 2
+    frame = report.frame(old + new)
+    synced = frame[frame["grad_sync"].astype(bool)]
+    assert synced["spec_group"].nunique() == 2  # BASE/NEW never pairs two protocols
+
+
+def test_resume_reruns_cells_of_another_protocol(tmp_path: Path) -> None:
+    rec = _golden()[0]
+    rec.pop("_source", None)
+    rec["labels"] = {"cell": "abc"}
+    path = tmp_path / "runs.jsonl"
+    path.write_text(json.dumps(rec) + "\n" + json.dumps({**rec, "protocol_version": 2}) + "\n")
+    assert sweep.completed_cells(tmp_path) == {"abc"}
+    path.write_text(json.dumps({**rec, "protocol_version": 2}) + "\n")
+    assert sweep.completed_cells(tmp_path) == set()
+
+
+def test_records_carry_the_protocol_version() -> None:
+    rec = records.new_record({}, "ddp", 1, {}, {"name": "none"})
+    assert rec["protocol_version"] == records.PROTOCOL_VERSION
