@@ -34,7 +34,7 @@ import socket
 import sys
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -286,6 +286,138 @@ class _Progress:
 PROGRESS = _Progress()
 
 
+@dataclasses.dataclass
+class EpochTiming:
+    """What one epoch's timed loop leaves behind (see `timed_loop`)."""
+
+    losses: list[Any]  # one loss per step, as the engine's device values (read after)
+    train_time: float  # seconds of every window, warm-up windows included
+    step_times: list[float]  # per-step seconds of the timed windows
+    window_s: list[float]  # seconds of each timed window
+    window_n: list[int]  # steps in each timed window
+    loop_wall: float  # wall clock from the first timed window to the last window's end
+
+
+def timed_loop(
+    adapter: EngineAdapter,
+    plan: Sequence[tuple[Any, float]],
+    first_step: int,
+    warmup_steps: int,
+    window_steps: int,
+    on_first_timed: Callable[[], None],
+) -> EpochTiming:
+    """The timed region: one epoch's `plan` of (batch, learning rate) steps, in windows.
+
+    Invariants, which make the engines' numbers comparable:
+    - everything a step needs is prepared before the call (batches built and staged,
+      learning rates computed): no input work runs inside a window;
+    - a window is `timed_window`: its steps, then exactly one device synchronisation;
+      no collective of the harness, gather, print or loss read-back runs in a window
+      (losses are returned as device values and read after the loop);
+    - steps before `warmup_steps` (counted from the run's first step, `first_step`
+      being this epoch's) run in untimed windows, and no window mixes warm-up and
+      timed steps (`_windows`);
+    - `loop_wall` runs from the first timed window to the end, so whatever the harness
+      does between windows counts against the loop throughput; `on_first_timed` is
+      called once, just before the first timed window.
+    """
+    out = EpochTiming([], 0.0, [], [], [], 0.0)
+    mark = None
+    for start, stop, is_timed in _windows(first_step, len(plan), warmup_steps, window_steps):
+        if is_timed and mark is None:
+            mark = time.perf_counter()
+            on_first_timed()
+        win = timed_window(adapter, plan[start:stop])
+        PROGRESS.mark()
+        out.losses.extend(win.losses)
+        out.train_time += win.seconds
+        if is_timed:
+            out.step_times.extend(win.step_times)
+            out.window_s.append(win.seconds)
+            out.window_n.append(stop - start)
+    if mark is not None:
+        out.loop_wall = time.perf_counter() - mark
+    return out
+
+
+@dataclasses.dataclass
+class Steady:
+    """The windows of a run once throughput is measured (see `measure_until_steady`)."""
+
+    all_windows: np.ndarray  # [rank, window] seconds
+    tput: list[float]  # global samples/s of each window, timed by its slowest rank
+    est: stats.Estimate  # the window median with its interval
+    half: float | None  # the interval's half width relative to the median
+    extra: int  # measurement-only steps after the trained result
+    stopped_by: str  # target_ci | time_cap | disabled
+
+
+def measure_until_steady(
+    adapter: EngineAdapter,
+    measure: Measure,
+    global_batch: int,
+    timed: list[float],
+    window_s: list[float],
+    window_n: list[int],
+    next_chunk: Callable[[], list[tuple[Any, float]]],
+) -> Steady:
+    """Training's timed windows, then measurement-only windows until the window median's
+    95% interval is within `measure.target_ci` or the timed seconds reach `measure.cap_s`.
+
+    Every rank takes the same decision from gathered times. Each extra window's steps
+    come from `next_chunk`, prepared before the window as in training; `timed`,
+    `window_s` and `window_n` are extended in place.
+    """
+    all_windows = adapter.allgather(np.asarray(window_s, dtype=np.float64))  # [world, n]
+    tput = (global_batch * np.asarray(window_n) / all_windows.max(axis=0)).tolist()
+    est, half = _window_estimate(tput)
+    extra = 0
+    stopped_by = "disabled" if measure.target_ci == 0 else "target_ci"
+    while measure.target_ci > 0 and (half is None or half > measure.target_ci):
+        spent = float(all_windows.sum(axis=1).max()) if all_windows.size else 0.0
+        if spent >= measure.cap_s:
+            stopped_by = "time_cap"
+            break
+        # prepared outside the timed window, like every epoch's batches
+        chunk = next_chunk()
+        win = timed_window(adapter, chunk)
+        timed.extend(win.step_times)
+        window_s.append(win.seconds)
+        window_n.append(len(chunk))
+        extra += len(chunk)
+        new = adapter.allgather(np.asarray([win.seconds], dtype=np.float64))
+        all_windows = np.concatenate([all_windows, new], axis=1)
+        tput.append(global_batch * len(chunk) / float(new.max()))
+        est, half = _window_estimate(tput)
+    return Steady(all_windows, tput, est, half, extra, stopped_by)
+
+
+def _progress_fields(
+    adapter: EngineAdapter,
+    spe: int,
+    step: int,
+    epochs: list[dict[str, Any]],
+    step_losses: list[float],
+    training_wall_s: float,
+) -> dict[str, Any]:
+    """The record fields of training so far: written by a finished and a diverged run alike."""
+    spec, world = adapter.spec, adapter.world_size
+    per = spec.per_worker_batch(world)
+    return {
+        "engine_versions": adapter.versions(),
+        "knobs": adapter.knobs(),
+        "per_worker_batch": per,
+        "global_batch": per * world,
+        "steps_per_epoch": spe,
+        "steps": step,
+        "lr_peak": spec.scaled_lr(world),
+        "epochs": epochs,
+        "step_losses": step_losses,
+        # the training phase: first batch prepared to last result gathered
+        "training_wall_s": training_wall_s,
+    }
+
+
 def train(
     adapter: EngineAdapter,
     model: models.ModelDef,
@@ -328,6 +460,11 @@ def train(
     cpu0 = time.process_time()  # all threads of this process: compute, gloo, horovod's
     tag = f"[{adapter.engine.value} np={world}]"
 
+    def first_timed() -> None:  # what else uses the CPUs, from the first timed step on
+        nonlocal busy0
+        if busy0 is None:
+            busy0 = contention.snapshot(root)
+
     def batches(epoch: int, order: np.ndarray, steps: range, hash_order: bool) -> list[Any]:
         out = []
         for s in steps:
@@ -363,27 +500,13 @@ def train(
         adapter.synchronize()
         after_mb = adapter.device_memory_mb()
         adapter.reset_peak_device_memory()
-        pending: list[Any] = []  # loss tensors, read back after the loop (no per-step sync)
-        train_time = 0.0
-        mark = None  # wall clock of the timed windows, harness work between them included
-        for start, stop, is_timed in _windows(
-            step, n_steps, spec.warmup_steps, measure.window_steps
-        ):
-            if is_timed and mark is None:
-                mark = time.perf_counter()
-                if busy0 is None:
-                    busy0 = contention.snapshot(root)
-            win = timed_window(adapter, plan[start:stop])
-            PROGRESS.mark()
-            pending.extend(win.losses)
-            train_time += win.seconds
-            if is_timed:
-                timed.extend(win.step_times)
-                window_s.append(win.seconds)
-                window_n.append(stop - start)
+        loop = timed_loop(adapter, plan, step, spec.warmup_steps, measure.window_steps, first_timed)
+        pending, train_time = loop.losses, loop.train_time
+        timed.extend(loop.step_times)
+        window_s.extend(loop.window_s)
+        window_n.extend(loop.window_n)
+        loop_wall += loop.loop_wall
         step += n_steps
-        if mark is not None:
-            loop_wall += time.perf_counter() - mark
         epoch_peak = adapter.peak_device_memory_mb()
         if epoch_peak is not None and before_mb is not None and after_mb is not None:
             staged_mb = max(staged_mb or 0.0, after_mb - before_mb)
@@ -425,21 +548,9 @@ def train(
             at = step - len(losses) + (len(losses) - 1 if first is None else first)
             what = "test loss" if first is None else "training loss"
             value = entry["test_loss"] if first is None else epoch_step_losses[first]
-            record.update(
-                {
-                    "engine_versions": adapter.versions(),
-                    "knobs": adapter.knobs(),
-                    "per_worker_batch": per,
-                    "global_batch": per * world,
-                    "steps_per_epoch": spe,
-                    "steps": step,
-                    "lr_peak": spec.scaled_lr(world),
-                    "diverged_at_step": at,
-                    "epochs": epochs,
-                    "step_losses": step_losses,
-                    "training_wall_s": time.perf_counter() - wall0,
-                }
-            )
+            wall = time.perf_counter() - wall0
+            record.update(_progress_fields(adapter, spe, step, epochs, step_losses, wall))
+            record["diverged_at_step"] = at
             raise Diverged(
                 f"{what} became {value} at step {at} (0-based) of {total}; lower --lr "
                 f"(peak {spec.scaled_lr(world):g} at this world size) or add --lr-warmup-epochs"
@@ -452,37 +563,25 @@ def train(
     final_fps = _gather_str(adapter, models.weights_fingerprint(final_state))
     train_wall = time.perf_counter() - wall0
 
-    # Throughput until steady: every rank computes the same decision from gathered times.
-    all_windows = adapter.allgather(np.asarray(window_s, dtype=np.float64))  # [world, n]
-    tput = (per * world * np.asarray(window_n) / all_windows.max(axis=0)).tolist()
-    est, half = _window_estimate(tput)
-    extra = 0
     # measurement windows draw the data of the epochs after training, a window at a time
     extra_epoch, extra_pos = spec.epochs, spe
     extra_order = np.zeros(0, dtype=np.int64)
-    stopped_by = "disabled" if measure.target_ci == 0 else "target_ci"
     last_lr = spec.lr_at(total - 1, spe, world, total)
-    while measure.target_ci > 0 and (half is None or half > measure.target_ci):
-        spent = float(all_windows.sum(axis=1).max()) if all_windows.size else 0.0
-        if spent >= measure.cap_s:
-            stopped_by = "time_cap"
-            break
+
+    def next_chunk() -> list[tuple[Any, float]]:
+        nonlocal extra_epoch, extra_pos, extra_order
         if extra_pos >= spe:
             extra_order = bdata.epoch_order(spec.seed, extra_epoch, len(dataset.train_y))
             extra_epoch, extra_pos = extra_epoch + 1, 0
         span = range(extra_pos, min(extra_pos + measure.window_steps, spe))
         extra_pos = span.stop
-        # prepared outside the timed window, like every epoch's batches
-        chunk = [(b, last_lr) for b in batches(extra_epoch - 1, extra_order, span, False)]
-        win = timed_window(adapter, chunk)
-        timed.extend(win.step_times)
-        window_s.append(win.seconds)
-        window_n.append(len(chunk))
-        extra += len(chunk)
-        new = adapter.allgather(np.asarray([win.seconds], dtype=np.float64))
-        all_windows = np.concatenate([all_windows, new], axis=1)
-        tput.append(per * world * len(chunk) / float(new.max()))
-        est, half = _window_estimate(tput)
+        return [(b, last_lr) for b in batches(extra_epoch - 1, extra_order, span, False)]
+
+    steady = measure_until_steady(
+        adapter, measure, per * world, timed, window_s, window_n, next_chunk
+    )
+    all_windows, tput, est, half = steady.all_windows, steady.tput, steady.est, steady.half
+    extra, stopped_by = steady.extra, steady.stopped_by
     busy1 = contention.snapshot(root)
 
     busy = (time.process_time() - cpu0) / max(time.perf_counter() - wall0, 1e-9)
@@ -514,10 +613,9 @@ def train(
     # options that change training (not where files go) distinguish runs in compare
     record["engine_options"] = {k: v for k, v in adapter.options.items() if k != "timeline"}
 
+    record.update(_progress_fields(adapter, spe, step, epochs, step_losses, train_wall))
     record.update(
         {
-            "engine_versions": adapter.versions(),
-            "knobs": adapter.knobs(),
             # as each framework and OpenMP runtime reports them, read back after training
             "threads": {
                 **record.get("threads", {}),
@@ -528,12 +626,7 @@ def train(
             "hosts": hosts,
             # Launcher's node count (namespaces share a hostname, so hosts cannot tell).
             "nodes": world // max(adapter.local_world_size, 1),
-            "per_worker_batch": per,
-            "global_batch": per * world,
-            "steps_per_epoch": spe,
-            "steps": step,
             "timed_steps": n_timed,
-            "lr_peak": spec.scaled_lr(world),
             "dataset": {
                 "name": dataset.name,
                 "train_samples": len(dataset.train_y),
@@ -613,12 +706,8 @@ def train(
                     "train": 3 * f,
                 }
             ),
-            "epochs": epochs,
-            "step_losses": step_losses,
             "final_accuracy": epochs[-1]["test_accuracy"],
             "final_loss": epochs[-1]["test_loss"],
-            # the training phase: first batch prepared to last result gathered
-            "training_wall_s": train_wall,
         }
     )
     if save and rank == 0:
