@@ -23,7 +23,7 @@ from bench import launch, records
 from bench.engines import Engine
 from bench.sweep import _tail, run_launch
 
-FILE = "collectives.jsonl"
+FILE = launch.COLLECTIVES_FILE
 DEFAULT_SIZES = launch.COLLECTIVE_SIZES
 
 

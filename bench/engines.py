@@ -176,6 +176,12 @@ def check_engine(engine: Engine, spec: RunSpec) -> None:
         entry.check_spec(spec)
 
 
+def cannot_start(engine: Engine, exc: ImportError) -> InputError:
+    """The error for an engine whose framework does not import (e.g. Horovod installed
+    without its PyTorch extension), with the engine's own install hint."""
+    return InputError(f"engine {engine.value} cannot start: {exc}; {get(engine).install_hint}")
+
+
 def recognise_launcher(engine: Engine, env: Mapping[str, str]) -> str:
     """The launcher that started this worker: the engine's own first, then any other's."""
     own = get(engine).launched_by
@@ -352,7 +358,7 @@ Engine.HOROVOD = register(
         runner=RUNNERS / "hvd.py",
         adapter="runners.engines.torch_engines:HorovodAdapter",
         module="horovod.torch",
-        install_hint=f"{SETUP}, which builds Horovod with PyTorch support",
+        install_hint=f"{SETUP}, which builds Horovod with PyTorch and Gloo support",
         launcher="horovodrun",
         build=_horovodrun,
         # OpenMPI's mpirun when horovodrun --mpi starts the workers through it

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parent.parent
 COLLECTIVES_SCRIPT = ROOT / "runners" / "collectives.py"
+COLLECTIVES_FILE = "collectives.jsonl"  # beside runs.jsonl: the collective records
 # Message sizes runners/collectives.py times by default: 4 KiB .. 64 MiB, x4.
 COLLECTIVE_SIZES = [4 * 1024 * 4**i for i in range(8)]
 

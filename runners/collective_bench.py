@@ -15,9 +15,8 @@ from bench import records
 from bench.checks import InputError
 from bench.engines import Engine
 from bench.launch import COLLECTIVE_SIZES as DEFAULT_SIZES
+from bench.launch import COLLECTIVES_FILE
 from bench.spec import Device, RunSpec, SpecError
-
-COLLECTIVES_FILE = "collectives.jsonl"
 
 
 def bus_factor(world: int) -> float:

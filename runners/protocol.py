@@ -151,10 +151,7 @@ def _load_adapter(engine: Engine) -> type[EngineAdapter]:
         cls: type[EngineAdapter] = getattr(importlib.import_module(module), name)
     except ImportError as exc:
         # e.g. Horovod installed without its PyTorch extension ("has not been built")
-        raise InputError(
-            f"engine {engine.value} cannot start: {exc}. Run scripts/setup.sh, which installs "
-            "torch and paddle and builds Horovod with PyTorch and Gloo support"
-        ) from None
+        raise engines.cannot_start(engine, exc) from None
     return cls
 
 

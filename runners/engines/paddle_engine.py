@@ -20,6 +20,7 @@ with warnings.catch_warnings():
     import paddle.distributed as dist
     import paddle.nn.functional as F
 
+from bench import env as benv
 from bench.engines import Engine
 from bench.spec import BNBuffers, Device, Optimizer, Precision, SpecError
 from models.base import ModelDef, Shape, Weights
@@ -291,4 +292,4 @@ class PaddleAdapter(EngineAdapter):
         }
 
     def threads(self) -> dict[str, Any]:
-        return {v: os.environ.get(v) for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+        return {v: os.environ.get(v) for v in benv.THREAD_VARS}

@@ -20,7 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from bench import engine_options
+from bench import engine_options, engines
+from bench import env as benv
 from bench.checks import InputError
 from bench.engines import Engine
 from bench.spec import (
@@ -302,7 +303,7 @@ class TorchAdapter(EngineAdapter):
         return {
             "torch_intra_op": torch.get_num_threads(),
             "torch_inter_op": torch.get_num_interop_threads(),
-            **{v: os.environ.get(v) for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")},
+            **{v: os.environ.get(v) for v in benv.THREAD_VARS},
         }
 
 
@@ -532,10 +533,7 @@ class HorovodAdapter(TorchAdapter):
         try:
             import horovod.torch as hvd
         except ImportError as exc:  # e.g. Horovod installed without its PyTorch extension
-            raise InputError(
-                f"engine horovod cannot start: {exc}. Run scripts/setup.sh, which builds Horovod "
-                "with PyTorch and Gloo support"
-            ) from None
+            raise engines.cannot_start(self.engine, exc) from None
 
         if not hvd.gloo_built() and self.spec.device is Device.CPU:
             raise RuntimeError(
