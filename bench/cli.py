@@ -13,6 +13,7 @@ from pathlib import Path
 
 import models
 from bench import launch, records
+from bench.netns import LinkError
 from bench.spec import Engine, RunSpec, SpecError, add_spec_flags, spec_from_args
 from bench.sweep import Interrupted, SweepConfig, SweepError, load_config_file, run_sweep
 
@@ -113,6 +114,14 @@ def _parser() -> argparse.ArgumentParser:
     multi.add_argument(
         "--ssh-identity-file", dest="ssh_identity", help="ssh key horovodrun uses between hosts"
     )
+    multi.add_argument(
+        "--emulate-link",
+        dest="emulate_link",
+        metavar="RATE",
+        help="root only: run each cell's workers across two local network namespaces whose "
+        "link is shaped with tc tbf to RATE (e.g. 200mbit, 1gbit, 25gbit) in both directions; "
+        "default workers 2",
+    )
     from runners.protocol import add_measure_flags
 
     add_measure_flags(run)
@@ -200,6 +209,13 @@ def _parser() -> argparse.ArgumentParser:
         help="auto: cuda where a CUDA GPU is visible, else cpu (as the runners)",
     )
     coll.add_argument("--timeout", default="300", help="seconds allowed per cell")
+    coll.add_argument(
+        "--emulate-link",
+        dest="emulate_link",
+        metavar="RATE",
+        help="root only: measure across two local network namespaces whose link is shaped "
+        "with tc tbf to RATE (e.g. 200mbit, 1gbit); the table gives busbw as a fraction of it",
+    )
     coll.add_argument("--results", default="results", help="results directory")
     coll.add_argument("--dry-run", action="store_true", help="print the launch commands and exit")
 
@@ -245,6 +261,7 @@ def _sweep_inputs(args: argparse.Namespace) -> tuple[SweepConfig, RunSpec]:
         "master_port",
         "ssh_port",
         "ssh_identity",
+        "emulate_link",
         "window_steps",
         "target_ci",
         "measure_cap_s",
@@ -290,6 +307,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         # absolute: launchers run from the repository root, remote ones on other hosts
         results = Path(args.results).resolve()
         if args.dry_run:
+            if config.emulate_link:
+                from bench import netns
+
+                config = netns.sweep_config(config, netns.planned_hosts(config))
             cells = plan(config, base)
             # the plan may be meant for a GPU machine: print it here all the same
             unavailable = check_plan(cells, config, devices=False)
@@ -326,8 +347,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         if warning:
             print(f"bench run: {warning}", file=sys.stderr)
         with _stop_on_signals():
-            outcomes = run_sweep(config, base, results, force=args.force)
-    except (SweepError, SpecError, records.RecordsError) as exc:
+            if config.emulate_link:
+                from bench import netns
+
+                # the pair is removed on the way out, Ctrl-C and SIGTERM included
+                with netns.emulated(config) as on_link:
+                    outcomes = run_sweep(on_link, base, results, force=args.force)
+            else:
+                outcomes = run_sweep(config, base, results, force=args.force)
+    except (SweepError, SpecError, records.RecordsError, LinkError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
@@ -584,22 +612,50 @@ def cmd_collectives(args: argparse.Namespace) -> int:
             threads=args.threads,
             device=args.device,
             timeout=args.timeout,
+            emulate_link=args.emulate_link,
         )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    from bench import netns
+
+    with_sshd = Engine.HOROVOD in plan.engines
+    most = max(plan.workers)
+    # absolute: launchers run from the repository root, in the namespaces too
+    results = Path(args.results).resolve()
     if args.dry_run:
-        for argv in collectives.dry_run(plan, Path(args.results).resolve()):
+        cluster = None
+        if plan.link_bps:
+            cluster = netns.cluster(netns.planned(with_sshd, plan.link_bps), most)
+        for argv in collectives.dry_run(plan, results, cluster):
             print(shlex.join(argv))
         print(f"# {len(plan.engines) * len(plan.workers)} cells", file=sys.stderr)
         return 0
     try:
-        statuses = collectives.run(
-            plan.engines, plan.workers, Path(args.results), timeout=plan.timeout, extra=plan.extra()
-        )
-    except records.RecordsError as exc:
+        with _stop_on_signals():
+            if plan.link_bps:
+                # the pair is removed on the way out, Ctrl-C and SIGTERM included
+                with netns.shaped_pair(with_sshd, plan.link_bps) as hosts:
+                    statuses = collectives.run(
+                        plan.engines,
+                        plan.workers,
+                        results,
+                        timeout=plan.timeout,
+                        extra=plan.extra(),
+                        cluster=netns.cluster(hosts, most),
+                        link_bps=plan.link_bps,
+                    )
+            else:
+                statuses = collectives.run(
+                    plan.engines, plan.workers, results, timeout=plan.timeout, extra=plan.extra()
+                )
+    except (records.RecordsError, LinkError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except (KeyboardInterrupt, Interrupted) as exc:
+        why = exc.name if isinstance(exc, Interrupted) else "SIGINT (Ctrl-C)"
+        print(f"\nbench collectives: stopped by {why}; what was recorded is kept", file=sys.stderr)
+        return 128 + (exc.signum if isinstance(exc, Interrupted) else signal.SIGINT)
     loaded = records.load([records.results_file(args.results).parent / collectives.FILE])
     print()
     print(collectives.render_text(collectives.tables(loaded.records)))

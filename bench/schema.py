@@ -225,8 +225,12 @@ NUMS = ListOf(NUM)
 ARGV = ListOf(STR)
 # Labels: free-form KEY=VALUE from the command line; known numeric ones are numbers.
 LABEL_VALUE = OneOf(STR, NUM, BOOL)
-LABEL_NUMBERS: dict[str, type[int] | type[float]] = {"repeat": int, "launched_at": float}
-LABEL_TYPES: dict[str, Type] = {"repeat": COUNT, "launched_at": NUM}
+LABEL_NUMBERS: dict[str, type[int] | type[float]] = {
+    "repeat": int,
+    "launched_at": float,
+    "link_rate_bps": int,
+}
+LABEL_TYPES: dict[str, Type] = {"repeat": COUNT, "launched_at": NUM, "link_rate_bps": _Int(1)}
 ISO_TIME = _Str(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?([+-]\d\d:\d\d|Z)", "an ISO-8601 time")
 
 SPEC = Obj(
@@ -410,6 +414,19 @@ FIELDS_V2.update(
         "oversubscribed": Field(BOOL),
         "cpu_budget": Field(
             Obj({"workers_on_host": COUNT, "threads_per_worker": COUNT, "usable_cpus": COUNT})
+        ),
+        # the network the run crossed when it was emulated (bench/netns.py): the
+        # token-bucket rate in bits/s, both directions, and the tbf settings
+        "link": Field(
+            Obj(
+                {
+                    "rate_bps": _Int(1),
+                    "emulated": BOOL,
+                    "qdisc": STR,
+                    "burst_bytes": COUNT,
+                    "latency": STR,
+                }
+            )
         ),
     }
 )
