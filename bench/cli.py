@@ -219,6 +219,53 @@ def _parser() -> argparse.ArgumentParser:
     coll.add_argument("--results", default="results", help="results directory")
     coll.add_argument("--dry-run", action="store_true", help="print the launch commands and exit")
 
+    pred = sub.add_parser(
+        "predict",
+        help="model each engine's scaling from measured records (predictions, not measurements)",
+        description="Fit, per engine and model, a model of step time (compute-only step time, "
+        "ring all-reduce cost from bench collectives on the same link, the overlap measured) "
+        "and predict throughput and efficiency at other worker counts and link rates. "
+        "Writes records of kind 'prediction', which compare shows apart.",
+    )
+    pred.add_argument("paths", nargs="*", default=["results"], help="result files or directories")
+    pred.add_argument("--workers", default="8,64,512", help="worker counts to predict, comma list")
+    pred.add_argument(
+        "--link", help="link rate to predict on, e.g. 25gbit (default: the fitted link)"
+    )
+    pred.add_argument("--fit-link", help="fit only runs over this emulated link rate, e.g. 500mbit")
+    pred.add_argument("--engines", help="comma list of engines to fit (default: all measured)")
+    pred.add_argument("--models", help="comma list of models to fit (default: all measured)")
+    pred.add_argument(
+        "--compute-ms",
+        type=float,
+        help="per-worker compute-only step time to use instead of the measured one "
+        "(e.g. a GPU's, from the GPU check)",
+    )
+    pred.add_argument(
+        "--grad-mb", type=float, help="gradient MB (2^20 bytes) per step instead of the model's"
+    )
+    pred.add_argument(
+        "--busbw-fraction",
+        type=float,
+        help="bus bandwidth as a fraction of --link (default: the fraction measured)",
+    )
+    pred.add_argument(
+        "--hop-latency-us",
+        type=float,
+        help="latency of one ring step in microseconds (default: measured latency / 2(n-1))",
+    )
+    pred.add_argument(
+        "--check",
+        action="store_true",
+        help="with --fit-link: predict every other measured link rate and print the error",
+    )
+    pred.add_argument(
+        "--results",
+        default="results",
+        help="where predictions.jsonl is written (default: results/)",
+    )
+    pred.add_argument("--no-write", action="store_true", help="print only, write no records")
+
     exp = sub.add_parser("export", help="write records in another tool's format")
     exp.add_argument("paths", nargs="*", default=["results"], help="result files or directories")
     exp.add_argument(
@@ -409,11 +456,12 @@ def render_compare(
 
     For html, the figures' PNG bytes are appended to `figures` when it is given.
     """
-    from bench import collectives, report
+    from bench import collectives, predict, report
 
     comps = report.compare(loaded.records, target)
     coll = collectives.tables(loaded.records)
-    if not comps and not coll:
+    predicted = predict.render_text(loaded.records)  # model figures, shown apart
+    if not comps and not coll and not predicted:
         return None
     if fmt == "html":
         from bench import html
@@ -453,10 +501,17 @@ def render_compare(
                 if not df.empty:
                     out.append(f"**{name}**\n\n{report.formatted(df).to_markdown(index=False)}\n")
             out.append("\n".join(f"- {n}" for n in c.notes) + "\n")
+        if predicted:
+            table = predict.table(loaded.records).to_markdown(index=False)
+            out.append(
+                f"### Model predictions (not measurements)\n\n{predict.CAPTION}\n\n{table}\n"
+            )
     else:
         out.extend(report.render_text(c) + "\n" for c in comps)
         if coll:
             out.append(collectives.render_text(coll) + "\n")
+        if predicted:
+            out.append(predicted + "\n")
     return "\n".join(out)
 
 
@@ -662,6 +717,66 @@ def cmd_collectives(args: argparse.Namespace) -> int:
     return 0 if all(s == records.Status.OK for s in statuses) else 1
 
 
+def cmd_predict(args: argparse.Namespace) -> int:
+    from bench import netns, predict
+
+    def positive(value: float | None, flag: str, upper: float | None = None) -> None:
+        if value is not None and not (value > 0 and (upper is None or value <= upper)):
+            bound = f" and <= {upper:g}" if upper is not None else ""
+            raise predict.PredictError(f"{flag} must be > 0{bound}, got {value}")
+
+    try:
+        workers = [int(w) for w in args.workers.split(",") if w.strip()]
+        if not workers or min(workers) < 1:
+            raise ValueError
+    except ValueError:
+        print(f"error: --workers takes integers >= 1, e.g. 8,64,512; got {args.workers!r}",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_BAD_INPUT
+    try:
+        link = netns.parse_rate(args.link) if args.link else None
+        fit_link = netns.parse_rate(args.fit_link) if args.fit_link else None
+        positive(args.compute_ms, "--compute-ms")
+        positive(args.grad_mb, "--grad-mb")
+        positive(args.busbw_fraction, "--busbw-fraction", 1.0)
+        if args.hop_latency_us is not None and args.hop_latency_us < 0:
+            raise predict.PredictError(f"--hop-latency-us must be >= 0, got {args.hop_latency_us}")
+        engines = [e.strip() for e in (args.engines or "").split(",") if e.strip()]
+        model_names = [m.strip() for m in (args.models or "").split(",") if m.strip()]
+        if args.check:
+            if fit_link is None:
+                raise predict.PredictError("--check needs --fit-link RATE, the link to fit on")
+            loaded = records.load(args.paths)
+            df, notes = predict.check(
+                loaded.records, fit_link, engines=engines, models_=model_names
+            )
+            for note in notes:
+                print(f"bench predict: skipped {note}", file=sys.stderr)
+            print(f"fitted on {netns.format_rate(fit_link)}; predicted / measured - 1:")
+            print(predict.render_check(df))
+            return 0 if not df.empty else 1
+        target = predict.Target(
+            link_rate_bps=link,
+            busbw_fraction=args.busbw_fraction,
+            hop_latency_s=None if args.hop_latency_us is None else args.hop_latency_us * 1e-6,
+            compute_s=None if args.compute_ms is None else args.compute_ms * 1e-3,
+            grad_bytes=None if args.grad_mb is None else args.grad_mb * 2**20,
+        )
+        return predict.main_predict(
+            args.paths,
+            workers=workers,
+            target=target,
+            results=None if args.no_write else Path(args.results),
+            engines=engines,
+            models_=model_names,
+            fit_link_bps=fit_link,
+            argv=["bench", *sys.argv[1:]],
+        )
+    except (predict.PredictError, LinkError, records.RecordsError) as exc:
+        print(f"error: {exc}".replace("--emulate-link: rate", "rate"), file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from bench import export
 
@@ -693,6 +808,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "run": cmd_run,
         "compare": cmd_compare,
         "collectives": cmd_collectives,
+        "predict": cmd_predict,
         "export": cmd_export,
         "models": cmd_models,
     }

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 STATUSES = ("ok", "failed", "timeout", "diverged", "unavailable")
-KINDS = ("train", "collective")
+KINDS = ("train", "collective", "prediction")  # prediction: bench predict, never measured
 NONFINITE_MARKERS = ("nan", "inf", "-inf", "NaN", "Infinity", "-Infinity")
 
 
@@ -414,6 +414,23 @@ FIELDS_V2.update(
         "oversubscribed": Field(BOOL),
         "cpu_budget": Field(
             Obj({"workers_on_host": COUNT, "threads_per_worker": COUNT, "usable_cpus": COUNT})
+        ),
+        # a record of kind "prediction" (bench/predict.py): the model's figures at
+        # `workers` on a link, with the inputs it used; measured tables never read it
+        "predicted": Field(
+            Obj(
+                {
+                    "variant": STR,
+                    "workers": _Int(1),
+                    "link_rate_bps": Opt(_Int(1)),
+                    "throughput": NUM,
+                    "throughput_interval": NUMS,
+                    "efficiency": NUM,
+                    "efficiency_interval": NUMS,
+                    "step_time_s": NUM,
+                    "inputs": MapOf(ANY),
+                }
+            )
         ),
         # the network the run crossed when it was emulated (bench/netns.py): the
         # token-bucket rate in bits/s, both directions, and the tbf settings
