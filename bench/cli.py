@@ -255,6 +255,24 @@ def _parser() -> argparse.ArgumentParser:
         help="latency of one ring step in microseconds (default: measured latency / 2(n-1))",
     )
     pred.add_argument(
+        "--what-if",
+        metavar="MODEL",
+        help="no records: the ring model alone for MODEL (a label) from stated inputs; needs "
+        "--compute-ms, --grad-mb, --hidden-share, --link, --busbw-fraction, --hop-latency-us",
+    )
+    pred.add_argument(
+        "--hidden-share",
+        type=float,
+        help="with --what-if: share of compute under which communication hides "
+        "(0: none; about 0.67: all of the backward pass)",
+    )
+    pred.add_argument(
+        "--bucket-mb", type=float, default=25.0, help="with --what-if: bucket/fusion MB"
+    )
+    pred.add_argument(
+        "--batch", type=int, default=32, help="with --what-if: per-worker batch (samples)"
+    )
+    pred.add_argument(
         "--check",
         action="store_true",
         help="with --fit-link: predict every other measured link rate and print the error",
@@ -755,6 +773,37 @@ def cmd_predict(args: argparse.Namespace) -> int:
             print(f"fitted on {netns.format_rate(fit_link)}; predicted / measured - 1:")
             print(predict.render_check(df))
             return 0 if not df.empty else 1
+        given = None
+        if args.what_if:
+            needed = {
+                "--compute-ms": args.compute_ms,
+                "--grad-mb": args.grad_mb,
+                "--hidden-share": args.hidden_share,
+                "--link": link,
+                "--busbw-fraction": args.busbw_fraction,
+                "--hop-latency-us": args.hop_latency_us,
+            }
+            missing = [flag for flag, value in needed.items() if value is None]
+            if missing:
+                raise predict.PredictError(
+                    f"--what-if states every input; give {', '.join(missing)} too"
+                )
+            if not 0 <= args.hidden_share <= 1:
+                raise predict.PredictError(
+                    f"--hidden-share must be in [0, 1], got {args.hidden_share}"
+                )
+            positive(args.bucket_mb, "--bucket-mb")
+            positive(args.batch, "--batch")
+            given = predict.what_if(
+                args.what_if,
+                compute_s=args.compute_ms * 1e-3,
+                grad_bytes=args.grad_mb * 2**20,
+                bucket_bytes=args.bucket_mb * 2**20,
+                hidden_share=args.hidden_share,
+                per_worker_batch=args.batch,
+            )
+        elif args.hidden_share is not None:
+            raise predict.PredictError("--hidden-share is a --what-if input; runs measure it")
         target = predict.Target(
             link_rate_bps=link,
             busbw_fraction=args.busbw_fraction,
@@ -771,6 +820,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
             models_=model_names,
             fit_link_bps=fit_link,
             argv=["bench", *sys.argv[1:]],
+            given=given,
         )
     except (predict.PredictError, LinkError, records.RecordsError) as exc:
         print(f"error: {exc}".replace("--emulate-link: rate", "rate"), file=sys.stderr)

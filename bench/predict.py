@@ -23,6 +23,7 @@ than comm(n0) can explain is a fixed extra per step. The prediction at n workers
     step(n) = compute + max(comm(n) - hidden_share x compute, 0) + extra
 
 with throughput n x per-worker batch / step(n) and efficiency compute / step(n)
+(a compute time the user supplies scales the hidden share and the extra with it)
 (weak scaling: a worker's batch stays the same). On another link rate R the bus
 bandwidth is the same fraction of the wire as measured (busbw x R / R0) and the
 hop latency stays. The interval re-fits on resampled windows (each window's step
@@ -114,6 +115,8 @@ class Fit:
     latency_s: float  # the collective's at n0 (whole all-reduce, one message)
     busbw_bps: float  # bytes/s at n0
     run_ids: tuple[str, ...] = ()
+    # given instead of derived from the runs (what_if): share of compute hiding comm
+    hidden_share_given: float | None = None
 
     @property
     def messages(self) -> int:
@@ -137,6 +140,8 @@ class Fit:
     @property
     def hidden_share(self) -> float:
         """Communication hidden under compute at n0, as a share of compute (0..1)."""
+        if self.hidden_share_given is not None:
+            return self.hidden_share_given
         hidden = min(max(self.comm_s - self.exposed_s, 0.0), self.compute_s)
         return hidden / self.compute_s
 
@@ -148,6 +153,8 @@ class Fit:
     @property
     def extra_s(self) -> float:
         """Step time beyond compute + all of comm(n0): a cost the ring model does not see."""
+        if self.hidden_share_given is not None:
+            return 0.0
         return max(self.exposed_s - self.comm_s, 0.0)
 
     def step_s(
@@ -172,7 +179,10 @@ class Fit:
             self.busbw_bps if busbw_bps is None else busbw_bps,
             self.hop_latency_s if hop_latency_s is None else hop_latency_s,
         )
-        return compute + max(comm - self.hidden_share * compute, 0.0) + self.extra_s
+        # the extra, like the hidden share, is kept in proportion to compute: a supplied
+        # (e.g. GPU) compute time scales what this machine's cores added to it
+        extra = self.extra_s * compute / self.compute_s if self.compute_s > 0 else 0.0
+        return compute + max(comm - self.hidden_share * compute, 0.0) + extra
 
 
 @dataclasses.dataclass(frozen=True)
@@ -239,6 +249,39 @@ def predict(fit: Fit, target: Target, workers: int, resampled: Sequence[Fit] = (
     else:
         t_iv, e_iv = (tput, tput), (eff, eff)
     return Prediction(fit, target, workers, step, tput, eff, t_iv, e_iv)
+
+
+def what_if(
+    model: str,
+    *,
+    compute_s: float,
+    grad_bytes: float,
+    bucket_bytes: float,
+    hidden_share: float,
+    per_worker_batch: int,
+) -> Fit:
+    """A fit from stated inputs alone, no records: the ring model with a given overlap.
+
+    `hidden_share` is the share of compute under which communication hides (0: none;
+    about 2/3 when all of the backward pass overlaps). Latency and bus bandwidth come
+    from the Target (--hop-latency-us, --busbw-fraction), which must then give both.
+    """
+    return Fit(
+        engine="ring",
+        variant="ring model",
+        model=model,
+        spec={"model": model, "batch_size": per_worker_batch, "bucket_mb": bucket_bytes / 2**20},
+        workers=2,
+        link_rate_bps=None,
+        per_worker_batch=per_worker_batch,
+        grad_bytes=grad_bytes,
+        bucket_bytes=bucket_bytes,
+        compute_s=compute_s,
+        sync_s=compute_s,
+        latency_s=0.0,
+        busbw_bps=float("nan"),
+        hidden_share_given=hidden_share,
+    )
 
 
 # --- from records ------------------------------------------------------------------------
@@ -483,7 +526,8 @@ def to_record(p: Prediction, argv: Sequence[str]) -> dict[str, Any]:
             "hop_latency_s": (
                 f.hop_latency_s if p.target.hop_latency_s is None else p.target.hop_latency_s
             ),
-            "overlap_at_fit": f.overlap,
+            "overlap_at_fit": None if f.hidden_share_given is not None else f.overlap,
+            "what_if": f.hidden_share_given is not None,
             "hidden_share_of_compute": f.hidden_share,
             "extra_s": f.extra_s,
             "per_worker_batch": f.per_worker_batch,
@@ -523,11 +567,15 @@ def table(recs: Iterable[dict[str, Any]]) -> Any:
                 + (f" ({', '.join(given)})" if given else ""),
                 "link": _rate_text(p.get("link_rate_bps")),
                 "workers": p.get("workers"),
-                "samples/s": f"{p.get('throughput', np.nan):,.0f} [{t_lo:,.0f}, {t_hi:,.0f}]",
-                "efficiency": f"{p.get('efficiency', np.nan):.0%} [{e_lo:.0%}, {e_hi:.0%}]",
-                "fitted at": f"{inputs.get('fit_workers')} workers, "
+                "samples/s": f"{p.get('throughput', np.nan):,.0f}"
+                + (f" [{t_lo:,.0f}, {t_hi:,.0f}]" if t_lo != t_hi else ""),
+                "efficiency": f"{p.get('efficiency', np.nan):.0%}"
+                + (f" [{e_lo:.0%}, {e_hi:.0%}]" if e_lo != e_hi else ""),
+                "fitted at": "stated inputs (what-if)"
+                if inputs.get("what_if")
+                else f"{inputs.get('fit_workers')} workers, "
                 + _rate_text(inputs.get("fit_link_rate_bps")),
-                "overlap": f"{inputs.get('overlap_at_fit', np.nan):.0%}",
+                "hidden share of compute": f"{inputs.get('hidden_share_of_compute', np.nan):.0%}",
             }
         )
     df = pd.DataFrame(rows)
@@ -537,9 +585,9 @@ def table(recs: Iterable[dict[str, Any]]) -> Any:
 
 
 CAPTION = (
-    "MODEL PREDICTIONS, not measurements (bench predict): ring all-reduce cost from "
-    "bench collectives on the fitted link, compute-only step time and overlap from the "
-    "fitted runs; [95% interval over resampled windows]"
+    "MODEL PREDICTIONS, not measurements (bench predict): compute-only step time plus the "
+    "ring all-reduce cost not hidden under it, from fitted runs and bench collectives on "
+    "their link, or from stated inputs (what-if); [95% interval over resampled windows]"
 )
 
 
@@ -617,27 +665,39 @@ def main_predict(
     models_: Sequence[str] = (),
     fit_link_bps: int | None = None,
     argv: Sequence[str] = (),
-    out: Any = sys.stdout,
+    out: Any = None,
+    given: Fit | None = None,
 ) -> int:
-    """`bench predict`: fit, predict, print, and write prediction records under `results`."""
-    loaded = records.load(paths)
-    notes: list[str] = []
-    sample_list = samples(
-        loaded.records, engines=engines, models_=models_, fit_link_bps=fit_link_bps, notes=notes
-    )
-    for note in notes:
-        print(f"bench predict: skipped {note}", file=sys.stderr)
-    if not sample_list:
-        raise PredictError(
-            f"nothing to fit under {', '.join(paths)}: it needs multi-worker training records "
-            "with their compute-only twins and bench collectives records on the same link"
+    """`bench predict`: fit, predict, print, and write prediction records under `results`.
+
+    With `given` (a what_if fit) no records are read and there is no interval.
+    """
+    if given is not None:
+        preds = [predict(given, target, n) for n in workers]
+    else:
+        loaded = records.load(paths)
+        notes: list[str] = []
+        sample_list = samples(
+            loaded.records,
+            engines=engines,
+            models_=models_,
+            fit_link_bps=fit_link_bps,
+            notes=notes,
         )
-    preds = run(sample_list, target, workers)
+        for note in notes:
+            print(f"bench predict: skipped {note}", file=sys.stderr)
+        if not sample_list:
+            raise PredictError(
+                f"nothing to fit under {', '.join(paths)}: it needs multi-worker training "
+                "records with their compute-only twins and bench collectives records on the "
+                "same link"
+            )
+        preds = run(sample_list, target, workers)
     recs = [to_record(p, argv) for p in preds]
     if results is not None:
         target_file = records.check_writable(results).parent / FILE
         for rec in recs:
             records.append(target_file, rec)
         print(f"bench predict: {len(recs)} predictions -> {target_file}", file=sys.stderr)
-    print(render_text(recs), file=out)
+    print(render_text(recs), file=out or sys.stdout)  # read at call time, not import
     return 0

@@ -210,3 +210,28 @@ def test_predict_refuses_a_folder_without_inputs(
 ) -> None:
     assert cli.main(["predict", str(tmp_path), "--no-write"]) == cli.EXIT_BAD_INPUT
     assert "nothing to fit" in capsys.readouterr().err
+
+
+def test_what_if_states_every_input_and_matches_the_formula(
+    capsys: pytest.CaptureFixture[str], tmp_path: Any
+) -> None:
+    argv = ["predict", "--what-if", "resnet50", "--compute-ms", "292", "--grad-mb", "97.5",
+            "--hidden-share", "0", "--link", "25gbit", "--busbw-fraction", "0.9",
+            "--hop-latency-us", "10", "--batch", "64", "--workers", "512",
+            "--results", str(tmp_path)]  # fmt: skip
+    assert cli.main(argv) == 0
+    (rec,) = cli.records.load([tmp_path / predict.FILE]).records
+    grad, busbw, n = 97.5 * 2**20, 0.9 * 25e9 / 8, 512
+    comm = 2 * (n - 1) / n * grad / busbw + 4 * 2 * (n - 1) * 10e-6  # 4 buckets of 25 MiB
+    assert rec["predicted"]["efficiency"] == pytest.approx(0.292 / (0.292 + comm))
+    assert "stated inputs (what-if)" in capsys.readouterr().out
+    assert cli.main(["predict", "--what-if", "resnet50", "--no-write"]) == cli.EXIT_BAD_INPUT
+    assert "--what-if states every input; give --compute-ms" in capsys.readouterr().err
+
+
+def test_a_supplied_compute_time_scales_the_measured_extra() -> None:
+    (sample,) = predict.samples([_train(2, 0.5), _train(2, COMPUTE, sync=False), _collective()])
+    fit = sample.fit()
+    fast = predict.Target(compute_s=COMPUTE / 10)
+    comm = fit.comm_s
+    assert fast.step_s(fit, 2) == pytest.approx(COMPUTE / 10 + comm + fit.extra_s / 10)
