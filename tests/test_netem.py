@@ -89,6 +89,21 @@ def test_emulate_link_is_refused_by_name_without_root(
     assert not list(tmp_path.iterdir())  # nothing ran, nothing recorded
 
 
+def test_the_link_rate_is_part_of_a_cells_identity() -> None:
+    from bench.spec import RunSpec
+    from bench.sweep import SweepConfig, plan
+
+    def keys(rate: str) -> list[str]:
+        config = SweepConfig.from_dict({"engines": ["ddp"], "models": ["mlp"], "repeats": 1,
+                                        "emulate_link": rate})  # fmt: skip
+        on_pair = netns.sweep_config(config, netns.planned(False, config.link_bps()))
+        assert on_pair.workers == (2,) and on_pair.iface == netns.IFACE
+        return [c.key("env") for c in plan(on_pair, RunSpec())]
+
+    # a rerun at the same rate resumes; another rate is another cell
+    assert keys("200mbit") == keys("0.2gbit") and not set(keys("200mbit")) & set(keys("1gbit"))
+
+
 def test_dry_run_shows_the_namespace_hosts() -> None:
     proc = run_bench(
         "run", "--emulate-link", "1gbit", "--engines", "ddp", "--models", "mlp",
