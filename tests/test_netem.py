@@ -173,10 +173,16 @@ def test_a_shaped_link_measures_its_rate_and_is_removed_after() -> None:
             capture_output=True, text=True, check=True,
         ).stdout  # fmt: skip
         assert "tbf" in qdisc and "200Mbit" in qdisc
-        # 10 MB: 0.4 s at the rate; the first bucket's burst (~66 KB) is under 1% of it
-        rate = _tcp_rate(hosts, 10_000_000)
+        # 10 MB: 0.4 s at the rate; the first bucket's burst (~66 KB) is under 1% of it.
+        # A loaded machine can only starve the two Python ends (a rate below the limit,
+        # never above it), so up to three transfers and the best counts; every one must
+        # stay under the limit.
+        rates: list[float] = []
+        while len(rates) < 3 and (not rates or max(rates) < 0.8 * RATE):
+            rates.append(_tcp_rate(hosts, 10_000_000))
+    shown = ", ".join(f"{r / 1e6:.0f}" for r in rates) + " Mbit/s"
     # TCP/IP headers take ~4% of what tbf counts; within 20% as the issue asks
-    assert 0.8 * RATE <= rate <= 1.2 * RATE, f"measured {rate / 1e6:.0f} Mbit/s"
+    assert 0.8 * RATE <= max(rates) <= 1.2 * RATE, shown
     assert _namespaces(os.getpid()) == []
 
 
