@@ -14,6 +14,7 @@ from pathlib import Path
 import models
 from bench import engines, launch, records
 from bench.engines import Engine
+from bench.netns import LinkError
 from bench.spec import RunSpec, SpecError, add_spec_flags, spec_from_args
 from bench.sweep import Interrupted, SweepConfig, SweepError, load_config_file, run_sweep
 
@@ -114,6 +115,14 @@ def _parser() -> argparse.ArgumentParser:
     multi.add_argument(
         "--ssh-identity-file", dest="ssh_identity", help="ssh key horovodrun uses between hosts"
     )
+    multi.add_argument(
+        "--emulate-link",
+        dest="emulate_link",
+        metavar="RATE",
+        help="root only: run each cell's workers across two local network namespaces whose "
+        "link is shaped with tc tbf to RATE (e.g. 200mbit, 1gbit, 25gbit) in both directions; "
+        "default workers 2",
+    )
     from runners.protocol import add_measure_flags
 
     add_measure_flags(run)
@@ -201,8 +210,80 @@ def _parser() -> argparse.ArgumentParser:
         help="auto: cuda where a CUDA GPU is visible, else cpu (as the runners)",
     )
     coll.add_argument("--timeout", default="300", help="seconds allowed per cell")
+    coll.add_argument(
+        "--emulate-link",
+        dest="emulate_link",
+        metavar="RATE",
+        help="root only: measure across two local network namespaces whose link is shaped "
+        "with tc tbf to RATE (e.g. 200mbit, 1gbit); the table gives busbw as a fraction of it",
+    )
     coll.add_argument("--results", default="results", help="results directory")
     coll.add_argument("--dry-run", action="store_true", help="print the launch commands and exit")
+
+    pred = sub.add_parser(
+        "predict",
+        help="model each engine's scaling from measured records (predictions, not measurements)",
+        description="Fit, per engine and model, a model of step time (compute-only step time, "
+        "ring all-reduce cost from bench collectives on the same link, the overlap measured) "
+        "and predict throughput and efficiency at other worker counts and link rates. "
+        "Writes records of kind 'prediction', which compare shows apart.",
+    )
+    pred.add_argument("paths", nargs="*", default=["results"], help="result files or directories")
+    pred.add_argument("--workers", default="8,64,512", help="worker counts to predict, comma list")
+    pred.add_argument(
+        "--link", help="link rate to predict on, e.g. 25gbit (default: the fitted link)"
+    )
+    pred.add_argument("--fit-link", help="fit only runs over this emulated link rate, e.g. 500mbit")
+    pred.add_argument("--engines", help="comma list of engines to fit (default: all measured)")
+    pred.add_argument("--models", help="comma list of models to fit (default: all measured)")
+    pred.add_argument(
+        "--compute-ms",
+        type=float,
+        help="per-worker compute-only step time to use instead of the measured one "
+        "(e.g. a GPU's, from the GPU check)",
+    )
+    pred.add_argument(
+        "--grad-mb", type=float, help="gradient MB (2^20 bytes) per step instead of the model's"
+    )
+    pred.add_argument(
+        "--busbw-fraction",
+        type=float,
+        help="bus bandwidth as a fraction of --link (default: the fraction measured)",
+    )
+    pred.add_argument(
+        "--hop-latency-us",
+        type=float,
+        help="latency of one ring step in microseconds (default: measured latency / 2(n-1))",
+    )
+    pred.add_argument(
+        "--what-if",
+        metavar="MODEL",
+        help="no records: the ring model alone for MODEL (a label) from stated inputs; needs "
+        "--compute-ms, --grad-mb, --hidden-share, --link, --busbw-fraction, --hop-latency-us",
+    )
+    pred.add_argument(
+        "--hidden-share",
+        type=float,
+        help="with --what-if: share of compute under which communication hides "
+        "(0: none; about 0.67: all of the backward pass)",
+    )
+    pred.add_argument(
+        "--bucket-mb", type=float, default=25.0, help="with --what-if: bucket/fusion MB"
+    )
+    pred.add_argument(
+        "--batch", type=int, default=32, help="with --what-if: per-worker batch (samples)"
+    )
+    pred.add_argument(
+        "--check",
+        action="store_true",
+        help="with --fit-link: predict every other measured link rate and print the error",
+    )
+    pred.add_argument(
+        "--results",
+        default="results",
+        help="where predictions.jsonl is written (default: results/)",
+    )
+    pred.add_argument("--no-write", action="store_true", help="print only, write no records")
 
     exp = sub.add_parser("export", help="write records in another tool's format")
     exp.add_argument("paths", nargs="*", default=["results"], help="result files or directories")
@@ -246,6 +327,7 @@ def _sweep_inputs(args: argparse.Namespace) -> tuple[SweepConfig, RunSpec]:
         "master_port",
         "ssh_port",
         "ssh_identity",
+        "emulate_link",
         "window_steps",
         "target_ci",
         "measure_cap_s",
@@ -291,6 +373,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         # absolute: launchers run from the repository root, remote ones on other hosts
         results = Path(args.results).resolve()
         if args.dry_run:
+            if config.emulate_link:
+                from bench import netns
+
+                config = netns.sweep_config(config, netns.planned_hosts(config))
             cells = plan(config, base)
             # the plan may be meant for a GPU machine: print it here all the same
             unavailable = check_plan(cells, config, devices=False)
@@ -328,8 +414,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         if warning:
             print(f"bench run: {warning}", file=sys.stderr)
         with _stop_on_signals():
-            outcomes = run_sweep(config, base, results, force=args.force)
-    except (SweepError, SpecError, records.RecordsError) as exc:
+            if config.emulate_link:
+                from bench import netns
+
+                # the pair is removed on the way out, Ctrl-C and SIGTERM included
+                with netns.emulated(config) as on_link:
+                    outcomes = run_sweep(on_link, base, results, force=args.force)
+            else:
+                outcomes = run_sweep(config, base, results, force=args.force)
+    except (SweepError, SpecError, records.RecordsError, LinkError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
@@ -383,11 +476,12 @@ def render_compare(
 
     For html, the figures' PNG bytes are appended to `figures` when it is given.
     """
-    from bench import collectives, report
+    from bench import collectives, predict, report
 
     comps = report.compare(loaded.records, target)
     coll = collectives.tables(loaded.records)
-    if not comps and not coll:
+    predicted = predict.render_text(loaded.records)  # model figures, shown apart
+    if not comps and not coll and not predicted:
         return None
     if fmt == "html":
         from bench import html
@@ -419,10 +513,17 @@ def render_compare(
                 if not df.empty:
                     out.append(f"**{name}**\n\n{report.formatted(df).to_markdown(index=False)}\n")
             out.append("\n".join(f"- {n}" for n in c.notes) + "\n")
+        if predicted:
+            table = predict.table(loaded.records).to_markdown(index=False)
+            out.append(
+                f"### Model predictions (not measurements)\n\n{predict.CAPTION}\n\n{table}\n"
+            )
     else:
         out.extend(report.render_text(c) + "\n" for c in comps)
         if coll:
             out.append(collectives.render_text(coll) + "\n")
+        if predicted:
+            out.append(predicted + "\n")
     return "\n".join(out)
 
 
@@ -578,26 +679,146 @@ def cmd_collectives(args: argparse.Namespace) -> int:
             threads=args.threads,
             device=args.device,
             timeout=args.timeout,
+            emulate_link=args.emulate_link,
         )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    from bench import netns
+
+    with_sshd = Engine.HOROVOD in plan.engines
+    most = max(plan.workers)
+    # absolute: launchers run from the repository root, in the namespaces too
+    results = Path(args.results).resolve()
     if args.dry_run:
-        for argv in collectives.dry_run(plan, Path(args.results).resolve()):
+        cluster = None
+        if plan.link_bps:
+            cluster = netns.cluster(netns.planned(with_sshd, plan.link_bps), most)
+        for argv in collectives.dry_run(plan, results, cluster):
             print(shlex.join(argv))
         print(f"# {len(plan.engines) * len(plan.workers)} cells", file=sys.stderr)
         return 0
     try:
-        statuses = collectives.run(
-            plan.engines, plan.workers, Path(args.results), timeout=plan.timeout, extra=plan.extra()
-        )
-    except records.RecordsError as exc:
+        with _stop_on_signals():
+            if plan.link_bps:
+                # the pair is removed on the way out, Ctrl-C and SIGTERM included
+                with netns.shaped_pair(with_sshd, plan.link_bps) as hosts:
+                    statuses = collectives.run(
+                        plan.engines,
+                        plan.workers,
+                        results,
+                        timeout=plan.timeout,
+                        extra=plan.extra(),
+                        cluster=netns.cluster(hosts, most),
+                        link_bps=plan.link_bps,
+                    )
+            else:
+                statuses = collectives.run(
+                    plan.engines, plan.workers, results, timeout=plan.timeout, extra=plan.extra()
+                )
+    except (records.RecordsError, LinkError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except (KeyboardInterrupt, Interrupted) as exc:
+        why = exc.name if isinstance(exc, Interrupted) else "SIGINT (Ctrl-C)"
+        print(f"\nbench collectives: stopped by {why}; what was recorded is kept", file=sys.stderr)
+        return 128 + (exc.signum if isinstance(exc, Interrupted) else signal.SIGINT)
     loaded = records.load([records.results_file(args.results).parent / collectives.FILE])
     print()
     print(collectives.render_text(collectives.tables(loaded.records)))
     return 0 if all(s == records.Status.OK for s in statuses) else 1
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from bench import netns, predict
+
+    def positive(value: float | None, flag: str, upper: float | None = None) -> None:
+        if value is not None and not (value > 0 and (upper is None or value <= upper)):
+            bound = f" and <= {upper:g}" if upper is not None else ""
+            raise predict.PredictError(f"{flag} must be > 0{bound}, got {value}")
+
+    try:
+        workers = [int(w) for w in args.workers.split(",") if w.strip()]
+        if not workers or min(workers) < 1:
+            raise ValueError
+    except ValueError:
+        print(f"error: --workers takes integers >= 1, e.g. 8,64,512; got {args.workers!r}",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_BAD_INPUT
+    try:
+        link = netns.parse_rate(args.link) if args.link else None
+        fit_link = netns.parse_rate(args.fit_link) if args.fit_link else None
+        positive(args.compute_ms, "--compute-ms")
+        positive(args.grad_mb, "--grad-mb")
+        positive(args.busbw_fraction, "--busbw-fraction", 1.0)
+        if args.hop_latency_us is not None and args.hop_latency_us < 0:
+            raise predict.PredictError(f"--hop-latency-us must be >= 0, got {args.hop_latency_us}")
+        engines = [e.strip() for e in (args.engines or "").split(",") if e.strip()]
+        model_names = [m.strip() for m in (args.models or "").split(",") if m.strip()]
+        if args.check:
+            if fit_link is None:
+                raise predict.PredictError("--check needs --fit-link RATE, the link to fit on")
+            loaded = records.load(args.paths)
+            df, notes = predict.check(
+                loaded.records, fit_link, engines=engines, models_=model_names
+            )
+            for note in notes:
+                print(f"bench predict: skipped {note}", file=sys.stderr)
+            print(f"fitted on {netns.format_rate(fit_link)}; predicted / measured - 1:")
+            print(predict.render_check(df))
+            return 0 if not df.empty else 1
+        given = None
+        if args.what_if:
+            needed = {
+                "--compute-ms": args.compute_ms,
+                "--grad-mb": args.grad_mb,
+                "--hidden-share": args.hidden_share,
+                "--link": link,
+                "--busbw-fraction": args.busbw_fraction,
+                "--hop-latency-us": args.hop_latency_us,
+            }
+            missing = [flag for flag, value in needed.items() if value is None]
+            if missing:
+                raise predict.PredictError(
+                    f"--what-if states every input; give {', '.join(missing)} too"
+                )
+            if not 0 <= args.hidden_share <= 1:
+                raise predict.PredictError(
+                    f"--hidden-share must be in [0, 1], got {args.hidden_share}"
+                )
+            positive(args.bucket_mb, "--bucket-mb")
+            positive(args.batch, "--batch")
+            given = predict.what_if(
+                args.what_if,
+                compute_s=args.compute_ms * 1e-3,
+                grad_bytes=args.grad_mb * 2**20,
+                bucket_bytes=args.bucket_mb * 2**20,
+                hidden_share=args.hidden_share,
+                per_worker_batch=args.batch,
+            )
+        elif args.hidden_share is not None:
+            raise predict.PredictError("--hidden-share is a --what-if input; runs measure it")
+        target = predict.Target(
+            link_rate_bps=link,
+            busbw_fraction=args.busbw_fraction,
+            hop_latency_s=None if args.hop_latency_us is None else args.hop_latency_us * 1e-6,
+            compute_s=None if args.compute_ms is None else args.compute_ms * 1e-3,
+            grad_bytes=None if args.grad_mb is None else args.grad_mb * 2**20,
+        )
+        return predict.main_predict(
+            args.paths,
+            workers=workers,
+            target=target,
+            results=None if args.no_write else Path(args.results),
+            engines=engines,
+            models_=model_names,
+            fit_link_bps=fit_link,
+            argv=["bench", *sys.argv[1:]],
+            given=given,
+        )
+    except (predict.PredictError, LinkError, records.RecordsError) as exc:
+        print(f"error: {exc}".replace("--emulate-link: rate", "rate"), file=sys.stderr)
+        return EXIT_BAD_INPUT
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -631,6 +852,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "run": cmd_run,
         "compare": cmd_compare,
         "collectives": cmd_collectives,
+        "predict": cmd_predict,
         "export": cmd_export,
         "models": cmd_models,
     }

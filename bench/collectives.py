@@ -21,7 +21,7 @@ import pandas as pd
 from bench import env as benv
 from bench import launch, records
 from bench.engines import Engine
-from bench.sweep import _tail, run_launch
+from bench.sweep import _tail, run_launches
 
 FILE = launch.COLLECTIVES_FILE
 DEFAULT_SIZES = launch.COLLECTIVE_SIZES
@@ -52,6 +52,7 @@ class Plan:
     threads: int
     device: str
     timeout: float
+    link_bps: int | None = None  # --emulate-link's rate; None: this host only
 
     @classmethod
     def parse(
@@ -64,6 +65,7 @@ class Plan:
         threads: str,
         device: str,
         timeout: str,
+        emulate_link: str | None = None,
     ) -> Plan:
         """Parse the command-line strings; a ValueError's message names the bad argument."""
         names = [e.strip() for e in engines.split(",") if e.strip()]
@@ -84,14 +86,27 @@ class Plan:
             seconds = float("nan")
         if not seconds > 0:  # also refuses nan
             raise ValueError(f"--timeout takes seconds > 0, got {timeout!r}")
+        counts = _ints(workers, "--workers", 1, "1,2")
+        link_bps = None
+        if emulate_link is not None:
+            from bench.netns import parse_rate
+
+            link_bps = parse_rate(emulate_link)  # LinkError is a ValueError
+            odd = [w for w in counts if w % 2]
+            if odd:
+                raise ValueError(
+                    f"--emulate-link spreads workers evenly over two namespaces; {odd[0]} "
+                    "workers cannot be: use even --workers, e.g. --workers 2"
+                )
         return cls(
             engines=tuple(Engine(e) for e in names),
-            workers=_ints(workers, "--workers", 1, "1,2"),
+            workers=counts,
             sizes=byte_sizes,
             iters=_ints(iters, "--iters", 1, "20", many=False)[0],
             threads=_ints(threads, "--threads", 1, "1", many=False)[0],
             device=device,
             timeout=seconds,
+            link_bps=link_bps,
         )
 
     def extra(self) -> list[str]:
@@ -109,8 +124,16 @@ class Plan:
 
 
 def _argv(
-    engine: Engine, w: int, target: Path, extra: Sequence[str], attempt: str, log_dir: Path
-) -> list[str]:
+    engine: Engine,
+    w: int,
+    target: Path,
+    extra: Sequence[str],
+    attempt: str,
+    log_dir: Path,
+    cluster: launch.Cluster | None = None,
+    link_bps: int | None = None,
+) -> list[launch.NodeLaunch]:
+    """The cell's launch, one entry per host it starts from (one without a cluster)."""
     args = [
         "--engine",
         engine.value,
@@ -122,17 +145,33 @@ def _argv(
         "--label",
         f"log_dir={log_dir}",
     ]
-    return launch.launch_argv(engine, w, args, log_dir=log_dir, script=launch.COLLECTIVES_SCRIPT)
+    if link_bps:  # records.new_record turns it into the record's `link`
+        args += ["--label", f"link_rate_bps={link_bps}"]
+    script = launch.COLLECTIVES_SCRIPT
+    if cluster is not None:
+        return launch.multinode_launch(engine, cluster, w, args, log_dir=log_dir, script=script)
+    argv = launch.launch_argv(engine, w, args, log_dir=log_dir, script=script)
+    return [launch.NodeLaunch(launch.Host("localhost", w), argv, argv)]
 
 
-def dry_run(plan: Plan, results: Path) -> list[list[str]]:
-    """The launch command of every cell, in order, without running or writing anything."""
+def dry_run(plan: Plan, results: Path, cluster: launch.Cluster | None = None) -> list[list[str]]:
+    """The launch command of every cell (every host's), in order, without running anything."""
     target = records.results_file(results).parent / FILE
     run_dir = target.parent / "runs" / "collectives-DRY-RUN"
     return [
-        _argv(engine, w, target, plan.extra(), "DRY-RUN", run_dir / f"{engine.value}-np{w}")
+        node.argv
         for w in plan.workers
         for engine in plan.engines
+        for node in _argv(
+            engine,
+            w,
+            target,
+            plan.extra(),
+            "DRY-RUN",
+            run_dir / f"{engine.value}-np{w}",
+            cluster,
+            plan.link_bps,
+        )
     ]
 
 
@@ -151,8 +190,14 @@ def run(
     timeout: float,
     extra: Sequence[str] = (),
     out: TextIO = sys.stdout,
+    cluster: launch.Cluster | None = None,
+    link_bps: int | None = None,
 ) -> list[str]:
-    """Run every (engine, workers) cell; returns the statuses in order."""
+    """Run every (engine, workers) cell; returns the statuses in order.
+
+    With `cluster`, each cell's workers are spread over its hosts (the namespace pair
+    of --emulate-link, whose rate `link_bps` the records carry).
+    """
     target = records.check_writable(results).parent / FILE
     run_dir = target.parent / "runs" / ("collectives-" + time.strftime("%Y%m%d-%H%M%S"))
     statuses = []
@@ -161,10 +206,15 @@ def run(
             attempt = uuid.uuid4().hex
             log_dir = run_dir / f"{engine.value}-np{w}"
             log_dir.mkdir(parents=True, exist_ok=True)
-            argv = _argv(engine, w, target, extra, attempt, log_dir)
+            nodes = _argv(engine, w, target, extra, attempt, log_dir, cluster, link_bps)
+            argvs = [n.argv for n in nodes]
+            argv: list[str] | list[list[str]] = argvs[0] if len(argvs) == 1 else argvs
+            logs = [log_dir / "launcher.log"]
+            if len(nodes) > 1:
+                logs = [log_dir / f"launcher-{i}-{n.host.name}.log" for i, n in enumerate(nodes)]
             print(f"collectives: {engine.value} np={w} ...", end="", file=out, flush=True)
             try:
-                status, error, seconds = run_launch(argv, log_dir / "launcher.log", timeout)
+                status, error, seconds = run_launches(argvs, logs, timeout)
             finally:
                 benv.scrub_log_dir(log_dir)  # launchers echo the environment into logs
             written = records.by_label(target, "attempt", attempt)
@@ -172,14 +222,18 @@ def run(
                 status = written[-1]["status"]
             else:
                 status = status if status != records.Status.OK else records.Status.FAILED
+                labels: dict[str, Any] = {"attempt": attempt}
+                if link_bps:
+                    labels["link_rate_bps"] = link_bps
+                tails = "\n".join(_tail(log) for log in logs)
                 rec = records.new_record(
                     {"op": "allreduce"},
                     engine.value,
                     w,
-                    {"attempt": attempt},
+                    labels,
                     {"name": "bench collectives", "argv": argv},
                     status=status,
-                    error=f"{error or 'no record written'}\n{_tail(log_dir / 'launcher.log')}",
+                    error=f"{error or 'no record written'}\n{tails}",
                 )
                 rec["kind"] = "collective"
                 records.append(target, rec)
@@ -191,26 +245,39 @@ def run(
 def tables(recs: Sequence[dict[str, Any]]) -> dict[str, pd.DataFrame]:
     """Bus bandwidth (GB/s) and latency (us) by message size, one column per engine and workers.
 
-    With several records per cell the median is shown.
+    With several records per cell the median is shown. Cells over an emulated link are
+    named with its rate (`ddp np2 /1gbit`), and a third table gives their bus bandwidth
+    as a fraction of that rate: the link limit beside each busbw.
     """
+    from bench.report import link_suffix
+
     rows = []
     for r in recs:
         if r.get("kind") != "collective" or r.get("status") != records.Status.OK:
             continue
+        rate = (r.get("link") or {}).get("rate_bps")
         for res in r.get("results") or []:
             rows.append(
                 {
-                    "cell": f"{r['engine']} np{r['world_size']}",
+                    "cell": f"{r['engine']} np{r['world_size']}"
+                    + (f" {link_suffix(r)}" if rate else ""),
                     "bytes": res["bytes"],
                     "busbw": res["busbw_gbps"],
                     "latency": res["latency_s"] * 1e6,
+                    # GB/s of data in bits/s, over the link's bits/s
+                    "of_link": res["busbw_gbps"] * 8e9 / rate if rate else np.nan,
                 }
             )
     if not rows:
         return {}
     df = pd.DataFrame(rows)
     out = {}
-    for value, name in (("busbw", "bus bandwidth GB/s"), ("latency", "latency us")):
+    shown = [("busbw", "bus bandwidth GB/s"), ("latency", "latency us")]
+    if df["of_link"].notna().any():
+        shown.append(("of_link", LINK_TABLE))
+    for value, name in shown:
+        if value == "of_link":
+            df = df[df["of_link"].notna()]
         t = df.pivot_table(index="bytes", columns="cell", values=value, aggfunc=np.median)
         t.index = pd.Index([_fmt_bytes(int(b)) for b in t.index], name="size")
         t.columns.name = None
@@ -218,13 +285,19 @@ def tables(recs: Sequence[dict[str, Any]]) -> dict[str, pd.DataFrame]:
     return out
 
 
+LINK_TABLE = "bus bandwidth / emulated link rate (column: its rate)"
+
+
 def render_text(parts: dict[str, pd.DataFrame]) -> str:
+    """The tables of `tables()` as text, with how bus bandwidth is defined."""
     lines = [
         "allreduce, float32. bus bandwidth = size / time x 2(n-1)/n (nccl-tests); "
         "time = median over iterations of the slowest rank"
     ]
     for name, df in parts.items():
         fmt = "{:.3f}" if name.startswith("bus") else "{:,.0f}"
+        if name == LINK_TABLE:
+            fmt = "{:.0%}"
         shown = df.map(lambda v, f=fmt: "-" if pd.isna(v) else f.format(v))
         lines += ["", f"  {name}:", shown.to_string()]
     return "\n".join(lines)

@@ -596,6 +596,13 @@ def build(
                 f"<h3>{_esc(name)}</h3>" + df.to_html(escape=True, border=0, float_format="%.3f")
             )
         body.append(_collective_plot(parts, style, figs))
+    from bench import predict
+
+    predicted = predict.table(recs)
+    if not predicted.empty:  # apart from every measured table, and labelled so
+        body.append("<h2>Model predictions (not measurements)</h2>")
+        body.append(f'<p class="warn">{_esc(predict.CAPTION)}</p>')
+        body.append(predicted.to_html(index=False, escape=True, border=0))
     # Lets a headless browser test read back how many plots actually decoded.
     script = (
         "<script>window.addEventListener('load',()=>{const i=[...document.querySelectorAll('img.plot')];"

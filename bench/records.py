@@ -152,8 +152,12 @@ def new_record(
     status: str = Status.OK,
     error: str | None = None,
 ) -> dict[str, Any]:
-    """The fields every record has, whoever writes it (a runner or the sweep)."""
-    return {
+    """The fields every record has, whoever writes it (a runner or the sweep).
+
+    A run over an emulated link (label link_rate_bps, set by `bench run --emulate-link`
+    and `bench collectives --emulate-link`) also gets the record's `link`.
+    """
+    record = {
         "schema_version": SCHEMA_VERSION,
         "protocol_version": PROTOCOL_VERSION,
         "run_id": uuid.uuid4().hex,
@@ -168,6 +172,12 @@ def new_record(
         "launcher": benv.scrub_launcher(launcher),
         "env": benv.environment(),
     }
+    rate = labels.get("link_rate_bps")
+    if isinstance(rate, int) and not isinstance(rate, bool) and rate > 0:
+        from bench.netns import link_record
+
+        record["link"] = link_record(rate)
+    return record
 
 
 def results_file(results: str | Path) -> Path:

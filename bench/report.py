@@ -132,6 +132,16 @@ def _variant(r: dict[str, Any]) -> str:
     )
 
 
+def link_suffix(r: dict[str, Any]) -> str:
+    """'/200mbit' for a run over an emulated link (its own variant), else ''."""
+    link = r.get("link")
+    if not isinstance(link, dict) or not isinstance(link.get("rate_bps"), int):
+        return ""
+    from bench.netns import format_rate
+
+    return "/" + format_rate(link["rate_bps"]) + ("" if link.get("emulated") else " link")
+
+
 def frame(recs: Iterable[dict[str, Any]], target: float = DEFAULT_TARGET) -> pd.DataFrame:
     """One row per training record with the columns the reports use."""
     rows = []
@@ -154,7 +164,9 @@ def frame(recs: Iterable[dict[str, Any]], target: float = DEFAULT_TARGET) -> pd.
                 "source": r.get("_source"),
                 "status": r.get("status"),
                 # a multi-node run is its own variant: same workers, different network
-                "engine": variant + (f"@{r['nodes']}nodes" if (r.get("nodes") or 1) > 1 else ""),
+                "engine": variant
+                + (f"@{r['nodes']}nodes" if (r.get("nodes") or 1) > 1 else "")
+                + link_suffix(r),
                 "single_node_engine": variant,  # what its efficiency is measured against
                 "workers": r.get("world_size"),
                 "model": spec.get("model"),

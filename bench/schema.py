@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 STATUSES = ("ok", "failed", "timeout", "diverged", "unavailable")
-KINDS = ("train", "collective")
+KINDS = ("train", "collective", "prediction")  # prediction: bench predict, never measured
 NONFINITE_MARKERS = ("nan", "inf", "-inf", "NaN", "Infinity", "-Infinity")
 
 
@@ -225,8 +225,12 @@ NUMS = ListOf(NUM)
 ARGV = ListOf(STR)
 # Labels: free-form KEY=VALUE from the command line; known numeric ones are numbers.
 LABEL_VALUE = OneOf(STR, NUM, BOOL)
-LABEL_NUMBERS: dict[str, type[int] | type[float]] = {"repeat": int, "launched_at": float}
-LABEL_TYPES: dict[str, Type] = {"repeat": COUNT, "launched_at": NUM}
+LABEL_NUMBERS: dict[str, type[int] | type[float]] = {
+    "repeat": int,
+    "launched_at": float,
+    "link_rate_bps": int,
+}
+LABEL_TYPES: dict[str, Type] = {"repeat": COUNT, "launched_at": NUM, "link_rate_bps": _Int(1)}
 ISO_TIME = _Str(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?([+-]\d\d:\d\d|Z)", "an ISO-8601 time")
 
 SPEC = Obj(
@@ -413,6 +417,36 @@ FIELDS_V2.update(
         ),
         # the measurement protocol (records.PROTOCOL_VERSION); absent: version 1
         "protocol_version": Field(_Int(1)),
+        # a record of kind "prediction" (bench/predict.py): the model's figures at
+        # `workers` on a link, with the inputs it used; measured tables never read it
+        "predicted": Field(
+            Obj(
+                {
+                    "variant": STR,
+                    "workers": _Int(1),
+                    "link_rate_bps": Opt(_Int(1)),
+                    "throughput": NUM,
+                    "throughput_interval": NUMS,
+                    "efficiency": NUM,
+                    "efficiency_interval": NUMS,
+                    "step_time_s": NUM,
+                    "inputs": MapOf(ANY),
+                }
+            )
+        ),
+        # the network the run crossed when it was emulated (bench/netns.py): the
+        # token-bucket rate in bits/s, both directions, and the tbf settings
+        "link": Field(
+            Obj(
+                {
+                    "rate_bps": _Int(1),
+                    "emulated": BOOL,
+                    "qdisc": STR,
+                    "burst_bytes": COUNT,
+                    "latency": STR,
+                }
+            )
+        ),
     }
 )
 

@@ -35,6 +35,7 @@ from bench import engines, launch, records
 from bench import env as benv
 from bench.checks import InputError, check_device, prepare
 from bench.engines import Engine
+from bench.netns import format_rate
 from bench.spec import CELL_FIELDS_V1, Device, RunSpec, SpecError, canonical
 
 
@@ -82,6 +83,9 @@ class SweepConfig:
     master_port: int = 29400
     ssh_port: int = 0  # horovodrun's ssh port to the other hosts; 0: ssh's default
     ssh_identity: str = ""  # horovodrun's ssh key; empty: ssh's default
+    # A rate such as "1gbit": every cell runs across two local network namespaces whose
+    # link is shaped to it (bench/netns.py); empty: no emulated link.
+    emulate_link: str = ""
     # How each run measures (runners/protocol.py Measure); None: the runner's default.
     window_steps: int | None = None
     target_ci: float | None = None
@@ -95,10 +99,17 @@ class SweepConfig:
             raise SweepError(
                 f"unknown sweep setting(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}"
             )
+        if data.get("emulate_link") and (data.get("hosts") or data.get("hostfile")):
+            raise SweepError(
+                "--emulate-link runs on two network namespaces it makes itself; drop "
+                "--hosts/--hostfile (or drop --emulate-link to run on those hosts)"
+            )
         hints = typing.get_type_hints(cls)
         values = {key: _setting(key, hints[key], value) for key, value in data.items()}
         config = cls(**values)
         cluster = config.cluster()
+        if config.emulate_link and "workers" not in values:  # one worker per namespace
+            config = dataclasses.replace(config, workers=(2,))
         if cluster and "workers" not in values:  # default: every slot of every host
             per = min(h.slots for h in cluster.hosts)
             config = dataclasses.replace(config, workers=(per * len(cluster.hosts),))
@@ -145,6 +156,14 @@ class SweepConfig:
         if not self.timeout > 0:
             raise SweepError(f"timeout must be > 0 seconds, got {self.timeout}")
         cluster = self.cluster()
+        if self.emulate_link:
+            self.link_bps()  # a bad rate is refused before anything starts
+            odd = [w for w in self.workers if w % 2]
+            if odd:
+                raise SweepError(
+                    f"--emulate-link spreads workers evenly over two namespaces; {odd[0]} "
+                    "workers cannot be: use even --workers, e.g. --workers 2"
+                )
         if cluster:
             for w in self.workers:
                 try:
@@ -175,6 +194,17 @@ class SweepConfig:
             except SpecError as exc:
                 raise SweepError(f"--engine-option: {exc}") from None
         return self
+
+    def link_bps(self) -> int | None:
+        """The emulated link's rate in bits/s, or None without one."""
+        if not self.emulate_link:
+            return None
+        from bench.netns import LinkError, parse_rate
+
+        try:
+            return parse_rate(self.emulate_link)
+        except LinkError as exc:
+            raise SweepError(str(exc)) from None
 
     def measure_flags(self) -> tuple[str, ...]:
         """Runner flags for how each run measures (only those set)."""
@@ -286,6 +316,7 @@ class Cell:
     cluster: launch.Cluster | None = None  # None: this machine
     # runner flags for how the run measures; they change no trained number, so not the key
     measure: tuple[str, ...] = ()
+    link_bps: int | None = None  # the emulated link's rate (bench/netns.py); None: none
 
     @property
     def name(self) -> str:
@@ -295,6 +326,7 @@ class Cell:
             + ("" if self.spec.grad_sync else " no-sync")
             + (f" [{', '.join(self.options)}]" if self.options else "")
             + (f" on {len(self.cluster.hosts)} hosts" if self.cluster else "")
+            + (f" over a {format_rate(self.link_bps)} link" if self.link_bps else "")
         )
 
     @property
@@ -314,6 +346,7 @@ class Cell:
                 env_key,
                 *self.options,
                 *([self.hosts_label] if self.cluster else []),
+                *([f"link={self.link_bps}"] if self.link_bps else []),
             ],
             sort_keys=True,
         )
@@ -355,6 +388,7 @@ def plan(config: SweepConfig, base: RunSpec) -> list[Cell]:
                                         opts,
                                         cluster,
                                         config.measure_flags(),
+                                        config.link_bps(),
                                     )
                                 )
     return cells
@@ -656,6 +690,8 @@ def run_cell(
     }
     if cell.cluster:
         labels["hosts"] = cell.hosts_label
+    if cell.link_bps:  # records.new_record turns it into the record's `link`
+        labels["link_rate_bps"] = cell.link_bps
     # the runner's record measures launch-to-stop from it (on this machine's clock)
     labels["launched_at"] = time.time()
     nodes = cell_argv(cell, results, log_dir, labels, timeout, timeline, python)
@@ -732,6 +768,8 @@ def record_unavailable(
     }
     if cell.cluster:
         labels["hosts"] = cell.hosts_label
+    if cell.link_bps:
+        labels["link_rate_bps"] = cell.link_bps
     rec = records.new_record(
         cell.spec.to_dict(),
         cell.engine.value,

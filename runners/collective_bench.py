@@ -91,6 +91,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from runners.protocol import _labels, _launcher, _load_adapter
 
+    try:  # numbers as numbers (repeat, link_rate_bps), as the training runners store them
+        labels = records.typed_labels(_labels(args.label))
+    except ValueError as exc:
+        print(f"error: --label: {exc}", file=sys.stderr)
+        return 2
     engine = Engine(args.engine)
     spec = RunSpec(threads=args.threads, device=Device(args.device))
     benv.set_thread_env(spec.threads)
@@ -110,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "device": spec.device.value,  # auto resolved
     }
     record = records.new_record(
-        spec_data, engine.value, adapter.world_size, _labels(args.label), _launcher(engine)
+        spec_data, engine.value, adapter.world_size, labels, _launcher(engine)
     )
     record["kind"] = "collective"
     record.update(benv.oversubscription(adapter.local_world_size, spec.threads))

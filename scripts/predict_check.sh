@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Check the scaling model (bench predict) against real runs: every engine and model at
+# 2 workers across two network namespaces, at each link rate; bench collectives on the
+# same links; the model fitted on one rate predicts the others, and the table gives
+# its error per engine (predicted / measured throughput - 1). Needs root (namespaces,
+# tc) and an sshd for horovod. Time it on a quiet machine: other load is measured too.
+#
+#   sudo scripts/predict_check.sh                 full check (README: "Checked against runs")
+#   sudo scripts/predict_check.sh --smallest      one engine, one model, two rates: proves
+#                                                 the pipeline end to end in minutes
+#
+# Settings (environment): RATES (first = the fitted one), ENGINES, MODELS, REPEATS,
+# MAX_STEPS, SIZES, ITERS, RESULTS, PYTHON. Reruns resume: cells already recorded are
+# skipped (bench run), so an interrupted check continues where it stopped.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export PYTHONPATH=$PWD
+py=${PYTHON:-$PWD/.venv/bin/python}
+if [[ "${1:-}" == --smallest ]]; then
+    : "${RATES:=200mbit 1gbit}" "${ENGINES:=ddp}" "${MODELS:=mlp}" "${REPEATS:=1}"
+    : "${MAX_STEPS:=20}" "${SIZES:=65536,1048576}" "${ITERS:=5}"
+elif [[ -n "${1:-}" ]]; then
+    echo "usage: $0 [--smallest]  (settings through RATES, ENGINES, MODELS, ...)" >&2
+    exit 2
+fi
+RATES=${RATES:-500mbit 2gbit 10gbit}
+ENGINES=${ENGINES:-horovod,ddp,paddle}
+MODELS=${MODELS:-mlp,lenet,resnet18}
+REPEATS=${REPEATS:-3}
+MAX_STEPS=${MAX_STEPS:-60}
+# up to 16 MiB: the fit of latency and bus bandwidth spans the models' buckets
+SIZES=${SIZES:-4096,65536,1048576,16777216}
+ITERS=${ITERS:-10}
+RESULTS=${RESULTS:-results/predict-check}
+read -r -a rates <<<"$RATES"
+(( ${#rates[@]} >= 2 )) || { echo "RATES needs two rates or more: fit one, check the others" >&2; exit 2; }
+
+for rate in "${rates[@]}"; do
+    echo "== $rate: training cells (2 workers across the namespaces, compute-only twins too)"
+    # resnet18 reads the synthetic dataset (its default); the others their own
+    "$py" -m bench.cli run --emulate-link "$rate" --workers 2 --engines "$ENGINES" \
+        --models "$MODELS" --repeats "$REPEATS" --max-steps "$MAX_STEPS" --epochs 1 \
+        --results "$RESULTS" --no-compare || echo "WARNING: some $rate cells did not finish ok" >&2
+    echo "== $rate: all-reduce latency and bus bandwidth"
+    "$py" -m bench.cli collectives --emulate-link "$rate" --workers 2 --engines "$ENGINES" \
+        --sizes "$SIZES" --iters "$ITERS" --results "$RESULTS" ||
+        echo "WARNING: some $rate collectives did not finish ok" >&2
+done
+echo "== the model fitted on ${rates[0]}, checked on the other rates"
+exec "$py" -m bench.cli predict "$RESULTS" --fit-link "${rates[0]}" --check

@@ -1,0 +1,252 @@
+"""Emulated links: rates, tbf shaping of the namespace pair, and runs across it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from bench import cli, netns, records, report, schema
+from tests.conftest import run_bench
+
+# --- rates and records (no privileges needed) ------------------------------------------
+
+
+def test_rates_parse_in_bits_per_second() -> None:
+    assert netns.parse_rate("200mbit") == 200_000_000
+    assert netns.parse_rate("1.5gbit") == 1_500_000_000
+    assert netns.parse_rate(" 25GBit ") == 25_000_000_000
+    assert netns.format_rate(25_000_000_000) == "25gbit"
+    assert netns.format_rate(1_500_000_000) == "1.5gbit"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("10gb", "not understood"),  # bytes? bits? refused, not guessed
+        ("10gbps", "not understood"),  # tc's bps is bytes per second
+        ("200", "not understood"),
+        ("fast", "not understood"),
+        ("500kbit", "below 1mbit"),
+    ],
+)
+def test_bad_rates_are_refused_by_name(text: str, message: str) -> None:
+    with pytest.raises(netns.LinkError, match=f"--emulate-link: rate '{text}'.*{message}"):
+        netns.parse_rate(text)
+
+
+def test_token_bucket_holds_a_gso_packet_and_a_millisecond_of_the_rate() -> None:
+    burst, latency = netns.tbf_params(200_000_000)
+    assert burst >= 64 * 1024 and latency == "10ms"
+    assert netns.tbf_params(25_000_000_000)[0] >= 25_000_000_000 // 8 // 1000
+
+
+def test_a_record_over_an_emulated_link_carries_its_rate() -> None:
+    rec = records.new_record(
+        {}, "ddp", 2, {"link_rate_bps": 200_000_000}, {"name": "t", "argv": []}
+    )
+    assert rec["link"]["rate_bps"] == 200_000_000 and rec["link"]["emulated"] is True
+    assert rec["link"]["qdisc"] == "tbf"
+    assert "link" not in records.new_record({}, "ddp", 2, {}, {"name": "t", "argv": []})
+    assert schema.FIELDS_V2["link"].type.check(rec["link"], "link") is None
+    bad = schema.FIELDS_V2["link"].type.check({"rate_bps": "1gbit"}, "link")
+    assert bad and "link.rate_bps" in bad
+    # compare names the link as part of the variant
+    assert report.link_suffix(rec) == "/200mbit" and report.link_suffix({}) == ""
+
+
+def test_bad_link_options_are_refused_before_anything_starts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    base = ["--models", "mlp", "--engines", "ddp", "--no-compare", "--results", "/nonexistent"]
+    for argv, message in [
+        (["--emulate-link", "10gb"], "rate '10gb' is not understood"),
+        (["--emulate-link", "1gbit", "--workers", "3"], "3 workers cannot be"),
+        (["--emulate-link", "1gbit", "--hosts", "a:1,b:1"], "drop --hosts"),
+    ]:
+        assert cli.main(["run", *argv, *base]) == cli.EXIT_BAD_INPUT
+        assert message in capsys.readouterr().err
+    assert cli.main(["collectives", "--emulate-link", "fast", "--engines", "ddp"]) == 2
+    assert "rate 'fast' is not understood" in capsys.readouterr().err
+
+
+def test_emulate_link_is_refused_by_name_without_root(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    monkeypatch.setattr(netns.os, "geteuid", lambda: 1000)
+    argv = ["--emulate-link", "200mbit", "--engines", "ddp", "--results", str(tmp_path)]
+    assert cli.main(["run", *argv, "--models", "mlp", "--no-compare"]) == cli.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "--emulate-link cannot run here: creating network namespaces needs root" in err
+    assert cli.main(["collectives", *argv]) == cli.EXIT_BAD_INPUT
+    assert "needs root" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())  # nothing ran, nothing recorded
+
+
+def test_the_link_rate_is_part_of_a_cells_identity() -> None:
+    from bench.spec import RunSpec
+    from bench.sweep import SweepConfig, plan
+
+    def keys(rate: str) -> list[str]:
+        config = SweepConfig.from_dict({"engines": ["ddp"], "models": ["mlp"], "repeats": 1,
+                                        "emulate_link": rate})  # fmt: skip
+        on_pair = netns.sweep_config(config, netns.planned(False, config.link_bps()))
+        assert on_pair.workers == (2,) and on_pair.iface == netns.IFACE
+        return [c.key("env") for c in plan(on_pair, RunSpec())]
+
+    # a rerun at the same rate resumes; another rate is another cell
+    assert keys("200mbit") == keys("0.2gbit") and not set(keys("200mbit")) & set(keys("1gbit"))
+
+
+def test_dry_run_shows_the_namespace_hosts() -> None:
+    proc = run_bench(
+        "run", "--emulate-link", "1gbit", "--engines", "ddp", "--models", "mlp",
+        "--repeats", "1", "--no-comm-cost", "--dry-run",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "over a 1gbit link" in proc.stdout and "--master-addr 10.214.0.1" in proc.stdout
+
+
+# --- real namespaces ---------------------------------------------------------------------
+
+WHY_NOT = netns.available(shaping=True)
+needs_netns = pytest.mark.skipif(WHY_NOT is not None, reason=f"no shaped namespaces: {WHY_NOT}")
+RATE = 200_000_000  # quick to fill, far below what a veth carries unshaped
+
+_RECEIVER = """
+import socket, sys, time
+srv = socket.create_server((sys.argv[1], int(sys.argv[2])))
+print("listening", flush=True)
+conn, _ = srv.accept()
+got, first = 0, None
+while chunk := conn.recv(1 << 20):
+    first = first or time.perf_counter()
+    got += len(chunk)
+print(got, time.perf_counter() - first, flush=True)
+"""
+
+
+def _namespaces(pid: int) -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [
+        line.split()[0] for line in out.splitlines() if line.startswith(f"{netns.PREFIX}{pid}-")
+    ]
+
+
+def _tcp_rate(hosts: netns.TwoHosts, nbytes: int) -> float:
+    """Bits/s of one TCP stream from the first namespace to the second (payload only)."""
+    port = "5201"
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", hosts.namespace(1), sys.executable, "-c", _RECEIVER,
+         hosts.addresses[1], port],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == "listening"
+        send = (
+            f"import socket; s = socket.create_connection(({hosts.addresses[1]!r}, {port})); "
+            f"s.sendall(bytes({nbytes})); s.close()"
+        )
+        subprocess.run(
+            ["ip", "netns", "exec", hosts.namespace(0), sys.executable, "-c", send],
+            check=True, timeout=120,
+        )  # fmt: skip
+        got, seconds = server.stdout.readline().split()
+    finally:
+        server.kill()
+        server.wait()
+    assert int(got) == nbytes
+    return 8 * nbytes / float(seconds)
+
+
+@needs_netns
+def test_a_shaped_link_measures_its_rate_and_is_removed_after() -> None:
+    with netns.two_hosts(rate_bps=RATE) as hosts:
+        qdisc = subprocess.run(
+            ["ip", "netns", "exec", hosts.namespace(1), "tc", "qdisc", "show", "dev", netns.IFACE],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        assert "tbf" in qdisc and "200Mbit" in qdisc
+        # 10 MB: 0.4 s at the rate; the first bucket's burst (~66 KB) is under 1% of it.
+        # A loaded machine can only starve the two Python ends (a rate below the limit,
+        # never above it), so up to three transfers and the best counts; every one must
+        # stay under the limit.
+        rates: list[float] = []
+        while len(rates) < 3 and (not rates or max(rates) < 0.8 * RATE):
+            rates.append(_tcp_rate(hosts, 10_000_000))
+    shown = ", ".join(f"{r / 1e6:.0f}" for r in rates) + " Mbit/s"
+    # TCP/IP headers take ~4% of what tbf counts; within 20% as the issue asks
+    assert 0.8 * RATE <= max(rates) <= 1.2 * RATE, shown
+    assert _namespaces(os.getpid()) == []
+
+
+@needs_netns
+def test_the_pair_is_removed_on_sigterm_and_after_sigkill() -> None:
+    """SIGTERM reaches `bench` as an exception and the pair goes; a SIGKILLed run's pair is
+    removed by the next one."""
+    child = textwrap.dedent(
+        """
+        import time
+        from bench import netns
+        from bench.cli import _stop_on_signals
+        with _stop_on_signals(), netns.two_hosts(rate_bps=10**9):
+            print("up", flush=True)
+            time.sleep(60)
+        """
+    )
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", child], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+        )  # fmt: skip
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "up", proc.stderr
+        assert len(_namespaces(proc.pid)) == 2
+        proc.send_signal(sig)
+        proc.wait(timeout=30)
+        if sig == signal.SIGTERM:
+            assert "Interrupted" in (proc.stderr.read() if proc.stderr else "")
+            assert _namespaces(proc.pid) == []
+        else:
+            assert len(_namespaces(proc.pid)) == 2  # nothing could run on SIGKILL
+            netns.remove_stale()
+            assert _namespaces(proc.pid) == []
+
+
+@pytest.mark.distributed
+@needs_netns
+def test_a_two_worker_cell_runs_across_a_shaped_link(tmp_path: Path) -> None:
+    results = tmp_path / "res"
+    proc = run_bench(
+        "run", "--emulate-link", "200mbit", "--engines", "ddp", "--models", "mlp",
+        "--repeats", "1", "--no-comm-cost", "--max-steps", "12", "--epochs", "1",
+        "--timeout", "240", "--results", str(results),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (rec,) = records.load([results]).records
+    assert rec["status"] == "ok" and rec["world_size"] == 2 and rec["nodes"] == 2
+    assert rec["link"] == netns.link_record(RATE)
+    assert rec["labels"]["link_rate_bps"] == RATE
+    assert "ddp@2nodes/200mbit" in proc.stdout  # compare at the end of bench run
+    assert _namespaces(os.getpid()) == []
+
+
+@pytest.mark.distributed
+@needs_netns
+def test_collectives_measure_the_shaped_link(tmp_path: Path) -> None:
+    proc = run_bench(
+        "collectives", "--emulate-link", "200mbit", "--engines", "ddp", "--workers", "2",
+        "--sizes", "1048576", "--iters", "5", "--timeout", "240", "--results", str(tmp_path),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (rec,) = records.load([tmp_path / "collectives.jsonl"]).records
+    assert rec["link"]["rate_bps"] == RATE and rec["status"] == "ok"
+    busbw_bits = rec["results"][0]["busbw_gbps"] * 8e9
+    # the link bounds what the collective gets (Gloo's own overheads lower it)
+    assert 0.3 * RATE < busbw_bits <= 1.2 * RATE, json.dumps(rec["results"])
+    assert "bus bandwidth / emulated link rate" in proc.stdout and "ddp np2 /200mbit" in proc.stdout
