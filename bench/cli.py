@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
+import os
 import shlex
 import signal
 import sys
@@ -12,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import models
-from bench import launch, records
+from bench import launch, records, slurm
 from bench.spec import Engine, RunSpec, SpecError, add_spec_flags, spec_from_args
 from bench.sweep import Interrupted, SweepConfig, SweepError, load_config_file, run_sweep
 
@@ -112,6 +114,31 @@ def _parser() -> argparse.ArgumentParser:
     )
     multi.add_argument(
         "--ssh-identity-file", dest="ssh_identity", help="ssh key horovodrun uses between hosts"
+    )
+    slurm_group = run.add_argument_group(
+        "Slurm",
+        "run the cells as job steps of a Slurm allocation, or submit the sweep with sbatch",
+    )
+    slurm_group.add_argument(
+        "--launcher",
+        choices=list(slurm.LAUNCHERS),
+        help="slurm: every cell as job steps of this allocation (the default inside one, "
+        "when SLURM_JOB_ID is set); local: launchers on this machine",
+    )
+    slurm_group.add_argument(
+        "--submit",
+        action="store_true",
+        help="write an sbatch script for this sweep under RESULTS/slurm/ and submit it "
+        "(with --dry-run: print the script)",
+    )
+    slurm_group.add_argument(
+        "--sbatch-arg",
+        dest="sbatch_args",
+        action="append",
+        default=[],
+        metavar="OPTION",
+        help="an sbatch option for --submit, replacing the derived one of that name, "
+        "e.g. --sbatch-arg=--partition=gpu --sbatch-arg=--nodes=2",
     )
     from runners.protocol import add_measure_flags
 
@@ -245,6 +272,7 @@ def _sweep_inputs(args: argparse.Namespace) -> tuple[SweepConfig, RunSpec]:
         "master_port",
         "ssh_port",
         "ssh_identity",
+        "launcher",
         "window_steps",
         "target_ci",
         "measure_cap_s",
@@ -252,6 +280,8 @@ def _sweep_inputs(args: argparse.Namespace) -> tuple[SweepConfig, RunSpec]:
         value = getattr(args, key)
         if value is not None:
             settings[key] = value
+    if "launcher" not in settings and os.environ.get("SLURM_JOB_ID") and not args.submit:
+        settings["launcher"] = slurm.SLURM  # inside an allocation: its nodes, as job steps
     config = SweepConfig.from_dict(settings)
     for one, many in (("model", "models"), ("dataset", "datasets")):
         if one in spec_fields:
@@ -289,6 +319,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         config, base = _sweep_inputs(args)
         # absolute: launchers run from the repository root, remote ones on other hosts
         results = Path(args.results).resolve()
+        if args.submit:
+            return _submit(args, config, base, results)
+        if args.sbatch_args:
+            raise SweepError("--sbatch-arg goes with --submit; add --submit or drop it")
+        if config.launcher == slurm.SLURM:
+            explicit = args.launcher is not None or not os.environ.get("SLURM_JOB_ID")
+            try:
+                print(slurm.note(slurm.allocation(), explicit), file=sys.stderr)
+            except launch.LaunchError as exc:
+                raise SweepError(str(exc)) from None
         if args.dry_run:
             cells = plan(config, base)
             # the plan may be meant for a GPU machine: print it here all the same
@@ -308,6 +348,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                 nodes = cell_argv(
                     cell, results, log_dir, labels, config.timeout, config.hvd_timeline
                 )
+                if cell.allocation:
+                    print(f"# cell {i}: {cell.name}")
+                    for node in nodes:
+                        print(shlex.join(node.argv))
+                    continue
                 if not cell.cluster:
                     print(shlex.join(nodes[0].argv))
                     continue
@@ -327,7 +372,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"bench run: {warning}", file=sys.stderr)
         with _stop_on_signals():
             outcomes = run_sweep(config, base, results, force=args.force)
-    except (SweepError, SpecError, records.RecordsError) as exc:
+    except (SweepError, SpecError, records.RecordsError, launch.LaunchError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
@@ -361,6 +406,34 @@ def cmd_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    return 0
+
+
+def _submit(args: argparse.Namespace, config: SweepConfig, base: RunSpec, results: Path) -> int:
+    """`bench run --submit`: the sweep as an sbatch script, submitted (or printed)."""
+    from bench.sweep import plan
+
+    if args.launcher == slurm.LOCAL:
+        raise SweepError("--submit runs the sweep with --launcher slurm; drop --launcher local")
+    if config.hosts or config.hostfile:
+        raise SweepError("--submit takes its hosts from the allocation; drop --hosts/--hostfile")
+    # the sweep's size, planned as on one machine (the job's own nodes are not known yet)
+    cells = plan(dataclasses.replace(config, launcher=slurm.LOCAL), base)
+    script = slurm.sbatch_script(
+        slurm.job_argv(args.raw_argv, results),
+        results=results,
+        workers=max(config.workers),
+        threads=base.threads,
+        cells=len(cells),
+        timeout=config.timeout,
+        extra=args.sbatch_args,
+    )
+    if args.dry_run:
+        print(script, end="")
+        return 0
+    job, path = slurm.submit(script, results)
+    print(f"bench run: submitted Slurm job {job} ({len(cells)} cells); script {path}")
+    print(f"bench run: its output goes to {results / 'slurm' / f'slurm-{job}.out'}")
     return 0
 
 
@@ -632,7 +705,10 @@ def cmd_models(_: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
+    # `bench run --submit` hands the sweep's own flags on to the job
+    args.raw_argv = argv[argv.index("run") + 1 :] if args.command == "run" else argv
     handlers = {
         "run": cmd_run,
         "compare": cmd_compare,

@@ -32,7 +32,7 @@ from typing import Any, TextIO
 import yaml
 
 import models
-from bench import engine_options, launch, records
+from bench import engine_options, launch, records, slurm
 from bench import env as benv
 from bench.checks import InputError, check_device, check_engine, prepare
 from bench.spec import Device, Engine, RunSpec, SpecError
@@ -83,6 +83,8 @@ class SweepConfig:
     master_port: int = 29400
     ssh_port: int = 0  # horovodrun's ssh port to the other hosts; 0: ssh's default
     ssh_identity: str = ""  # horovodrun's ssh key; empty: ssh's default
+    # local: launchers on this machine (or --hosts); slurm: job steps of this allocation
+    launcher: str = slurm.LOCAL
     # How each run measures (runners/protocol.py Measure); None: the runner's default.
     window_steps: int | None = None
     target_ci: float | None = None
@@ -145,6 +147,14 @@ class SweepConfig:
             raise SweepError(f"seed_mode must be 'vary' or 'fixed', got {self.seed_mode!r}")
         if not self.timeout > 0:
             raise SweepError(f"timeout must be > 0 seconds, got {self.timeout}")
+        if self.launcher not in slurm.LAUNCHERS:
+            raise SweepError(
+                f"launcher must be one of {', '.join(slurm.LAUNCHERS)}, got {self.launcher!r}"
+            )
+        if self.launcher == slurm.SLURM and (self.hosts or self.hostfile):
+            raise SweepError(
+                "--launcher slurm takes its hosts from the Slurm allocation; drop --hosts/--hostfile"
+            )
         cluster = self.cluster()
         if cluster:
             for w in self.workers:
@@ -289,6 +299,7 @@ class Cell:
     cluster: launch.Cluster | None = None  # None: this machine
     # runner flags for how the run measures; they change no trained number, so not the key
     measure: tuple[str, ...] = ()
+    allocation: slurm.Allocation | None = None  # job steps of this allocation (--launcher slurm)
 
     @property
     def name(self) -> str:
@@ -298,6 +309,7 @@ class Cell:
             + ("" if self.spec.grad_sync else " no-sync")
             + (f" [{', '.join(self.options)}]" if self.options else "")
             + (f" on {len(self.cluster.hosts)} hosts" if self.cluster else "")
+            + (f" in Slurm job {self.allocation.job_id}" if self.allocation else "")
         )
 
     @property
@@ -316,6 +328,7 @@ class Cell:
                 env_key,
                 *self.options,
                 *([self.hosts_label] if self.cluster else []),
+                *(["launcher=slurm"] if self.allocation else []),
             ],
             sort_keys=True,
         )
@@ -335,6 +348,14 @@ def spec_flags(spec: RunSpec) -> list[str]:
 def plan(config: SweepConfig, base: RunSpec) -> list[Cell]:
     """All cells, repeat-major so that slow drift of the machine spreads over every engine."""
     cluster = config.cluster()
+    alloc = None
+    if config.launcher == slurm.SLURM:
+        try:
+            alloc = dataclasses.replace(slurm.allocation(), port=config.master_port)
+            for w in config.workers:
+                alloc.placement(w)
+        except launch.LaunchError as exc:
+            raise SweepError(str(exc)) from None
     cells = []
     for repeat in range(config.repeats):
         seed = base.seed + repeat if config.seed_mode == "vary" else base.seed
@@ -345,6 +366,8 @@ def plan(config: SweepConfig, base: RunSpec) -> list[Cell]:
                 for workers in config.workers:
                     for engine in config.engines:
                         opts = config.options(engine)
+                        if alloc and engine is Engine.HOROVOD:
+                            opts = slurm_horovod_options(opts)
                         for s in (spec, spec.replace(grad_sync=False)):
                             if s.grad_sync or (config.comm_cost and workers > 1):
                                 cells.append(
@@ -357,9 +380,30 @@ def plan(config: SweepConfig, base: RunSpec) -> list[Cell]:
                                         opts,
                                         cluster,
                                         config.measure_flags(),
+                                        alloc,
                                     )
                                 )
     return cells
+
+
+def slurm_horovod_options(options: tuple[str, ...]) -> tuple[str, ...]:
+    """Horovod's options in Slurm: the MPI controller (srun --mpi=pmix) unless one was chosen.
+
+    Recorded as controller=mpi, so compare shows these runs as horovod[mpi]. Without
+    MPI in this Horovod, or PMIx in srun, they stay on Gloo (horovodrun).
+    """
+    given = dict(o.partition("=")[::2] for o in options)
+    if (
+        "controller" in given
+        or "adasum" in given
+        or Engine.HOROVOD in check_engines([Engine.HOROVOD])
+    ):
+        return options
+    try:
+        mpi = slurm.horovod_mpi_default()
+    except launch.LaunchError:
+        return options
+    return (*options, "controller=mpi") if mpi else options
 
 
 # The module each engine's runner needs, and how to get it.
@@ -416,6 +460,24 @@ def check_horovod_controller(config: SweepConfig, python: str | None = None) -> 
     if engine_options.horovod_controller(options) != "mpi":
         return
     why = "adasum=true (Adasum runs over MPI)" if "controller" not in options else "controller=mpi"
+    if config.launcher == slurm.SLURM:  # srun --mpi=pmix starts the workers, not mpirun
+        try:
+            built = launch.horovod_controllers(python)
+        except launch.LaunchError as exc:
+            raise SweepError(str(exc)) from None
+        if "mpi" not in built:
+            raise SweepError(
+                f"engine option {why} needs Horovod built with MPI; this Horovod has "
+                f"{', '.join(sorted(built)) or 'no controller'} only: install an MPI "
+                "(apt-get install libopenmpi-dev openmpi-bin) and rerun scripts/setup.sh"
+            )
+        if "pmix" not in slurm.srun_mpi_types():
+            raise SweepError(
+                f"engine option {why} runs Horovod as srun --mpi=pmix steps, and this srun "
+                f"offers {', '.join(sorted(slurm.srun_mpi_types())) or 'no MPI plugin'}: "
+                "install Slurm's PMIx plugin (Debian: slurm-wlm-basic-plugins) or drop the option"
+            )
+        return
     if config.cluster():
         raise SweepError(
             f"engine option {why} runs on one host only here; multi-node (--hosts) Horovod "
@@ -470,7 +532,8 @@ def check_plan(
         except InputError as exc:
             raise SweepError(f"cell {cell.name}: {exc}") from None
         # Remote machines' cores are not known here; their owner sizes --hosts slots.
-        if cell.spec.device is Device.CPU and not config.oversubscribe and not cell.cluster:
+        remote = cell.cluster or cell.allocation  # cores elsewhere: the allocation sizes them
+        if cell.spec.device is Device.CPU and not config.oversubscribe and not remote:
             cores = benv.usable_cpus()
             if cell.workers * cell.spec.threads > cores:
                 raise SweepError(
@@ -631,6 +694,17 @@ def cell_argv(
     controller = "gloo"
     if cell.engine is Engine.HOROVOD:
         controller = engine_options.horovod_controller(dict(o.partition("=")[::2] for o in options))
+    if cell.allocation:
+        return slurm.launches(
+            cell.engine,
+            cell.allocation,
+            cell.workers,
+            runner_args,
+            tag=slurm_tag(labels),
+            log_dir=log_dir,
+            python=python,
+            controller=controller,
+        )
     if cell.cluster:
         return launch.multinode_launch(
             cell.engine,
@@ -650,6 +724,11 @@ def cell_argv(
         controller=controller,
     )
     return [launch.NodeLaunch(launch.Host("localhost", cell.workers), argv, argv)]
+
+
+def slurm_tag(labels: dict[str, Any]) -> str:
+    """The tag naming a cell's job steps: its attempt (or, for --dry-run, its cell key)."""
+    return str(labels.get("attempt") or labels.get("cell") or "cell")[:16]
 
 
 def _write_log(path: Path, text: str) -> None:
@@ -697,6 +776,9 @@ def run_cell(
     }
     if cell.cluster:
         labels["hosts"] = cell.hosts_label
+    if cell.allocation:
+        labels["slurm_job"] = cell.allocation.job_id
+        labels["hosts"] = ",".join(map(str, cell.allocation.placement(cell.workers)))
     # the runner's record measures launch-to-stop from it (on this machine's clock)
     labels["launched_at"] = time.time()
     nodes = cell_argv(cell, results, log_dir, labels, timeout, timeline, python)
@@ -712,6 +794,8 @@ def run_cell(
         try:
             status, error, seconds = run_launches(argvs, logs, timeout)
         finally:
+            if cell.allocation:  # a killed srun can leave its step running: cancel it
+                slurm.cancel_steps(cell.allocation.job_id, slurm_tag(labels))
             # launchers echo the environment into their logs (paddle's envlog.N and more)
             benv.scrub_log_dir(log_dir)
     except (KeyboardInterrupt, Interrupted) as exc:

@@ -181,6 +181,8 @@ def _launcher() -> dict[str, Any]:
         name = "paddle.distributed.launch"
     elif "OMPI_COMM_WORLD_RANK" in env:  # OpenMPI's mpirun (horovodrun --mpi starts it)
         name = "mpirun"
+    elif "SLURM_STEP_ID" in env:  # a task of an srun step (Horovod over srun --mpi=pmix)
+        name = "srun"
     else:
         name = "none"
     parent: list[str] | None = None
