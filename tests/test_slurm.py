@@ -9,6 +9,7 @@ relative): CPU tensor operations are the same maths under every launch path.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -73,6 +74,26 @@ def test_per_node_counts_and_placement() -> None:
     assert [str(h) for h in alloc.placement(4)] == ["a:2", "b:2"]
     with pytest.raises(slurm.SlurmError, match="5 workers do not fit in Slurm job 7"):
         alloc.placement(5)
+
+
+@pytest.mark.skipif(shutil.which("srun") is None, reason="no srun: apt-get install slurm-wlm")
+def test_two_node_cells_start_one_launcher_per_node(tmp_path: Path) -> None:
+    alloc = slurm.Allocation("7", (launch.Host("a", 2), launch.Host("b", 2)), port=29511)
+    ddp = slurm.launches(Engine.DDP, alloc, 4, ["--x"], tag="t", log_dir=tmp_path)
+    assert [n.host.name for n in ddp] == ["a", "b"]
+    for rank, node in enumerate(ddp):
+        argv = node.argv
+        assert argv[argv.index("--nodelist") + 1] == node.host.name
+        assert argv[argv.index("--cpus-per-task") + 1] == "2"  # the node's 2 workers
+        assert argv[argv.index("--node-rank") + 1] == str(rank)
+        assert argv[argv.index("--master-addr") + 1] == "a"
+        assert argv[argv.index("--master-port") + 1] == "29511"
+    paddle = slurm.launches(Engine.PADDLE, alloc, 4, [], tag="t")
+    assert [n.argv[n.argv.index("--host") + 1] for n in paddle] == ["a", "b"]
+    (hvd,) = slurm.launches(Engine.HOROVOD, alloc, 4, [], tag="t", controller="gloo")
+    assert hvd.argv[hvd.argv.index("-H") + 1] == "a:2,b:2"
+    assert hvd.argv[hvd.argv.index("--nodelist") + 1] == "a"
+    assert slurm.launches(Engine.DDP, alloc, 2, [], tag="t")[0].host.name == "a"  # one node
 
 
 def test_submit_dry_run_prints_the_sbatch_script(tmp_path: Path) -> None:
@@ -312,3 +333,46 @@ def test_submit_runs_the_sweep_as_a_batch_job(
     assert recs[0]["status"] == "ok", text
     assert recs[0]["labels"]["slurm_job"] == job
     assert recs[0]["engine"] == Engine.DDP.value
+
+
+@pytest.mark.distributed
+def test_a_step_whose_srun_was_killed_is_cancelled(
+    cluster: slurm_cluster.SlurmCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = cluster.environ()
+    monkeypatch.setenv("SLURM_CONF", env["SLURM_CONF"])  # for cancel_steps' squeue and scancel
+    out = subprocess.run(
+        ["salloc", "--no-shell", "--ntasks", "1"], env=env, capture_output=True, text=True
+    )
+    job = out.stderr.split("Granted job allocation ")[1].split()[0]
+
+    def steps() -> list[str]:
+        out = subprocess.run(
+            ["squeue", "--steps", "--jobs", job, "--noheader", "--format=%i %j"],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        return [line.split()[0] for line in out.stdout.splitlines() if "bench-t1" in line]
+
+    try:
+        srun = subprocess.Popen(
+            ["srun", "--jobid", job, "--job-name", slurm.step_name("t1"), "sleep", "300"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 60
+        while not steps() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        srun.kill()  # SIGKILL: srun cannot end its step, which keeps running
+        srun.wait()
+        time.sleep(2)
+        assert steps(), "the step ended with its srun: nothing left to test"
+        assert slurm.cancel_steps(job, "t1")
+        deadline = time.monotonic() + 60
+        while steps() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not steps()
+    finally:
+        subprocess.run(["scancel", job], env=env, capture_output=True)
