@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
+import os
 import shlex
 import signal
 import sys
@@ -12,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import models
-from bench import engines, launch, records
+from bench import engines, launch, records, slurm
 from bench.engines import Engine
 from bench.netns import LinkError
 from bench.spec import RunSpec, SpecError, add_spec_flags, spec_from_args
@@ -122,6 +124,31 @@ def _parser() -> argparse.ArgumentParser:
         help="root only: run each cell's workers across two local network namespaces whose "
         "link is shaped with tc tbf to RATE (e.g. 200mbit, 1gbit, 25gbit) in both directions; "
         "default workers 2",
+    )
+    slurm_group = run.add_argument_group(
+        "Slurm",
+        "run the cells as job steps of a Slurm allocation, or submit the sweep with sbatch",
+    )
+    slurm_group.add_argument(
+        "--launcher",
+        choices=list(slurm.LAUNCHERS),
+        help="slurm: every cell as job steps of this allocation (the default inside one, "
+        "when SLURM_JOB_ID is set); local: launchers on this machine",
+    )
+    slurm_group.add_argument(
+        "--submit",
+        action="store_true",
+        help="write an sbatch script for this sweep under RESULTS/slurm/ and submit it "
+        "(with --dry-run: print the script)",
+    )
+    slurm_group.add_argument(
+        "--sbatch-arg",
+        dest="sbatch_args",
+        action="append",
+        default=[],
+        metavar="OPTION",
+        help="an sbatch option for --submit, replacing the derived one of that name, "
+        "e.g. --sbatch-arg=--partition=gpu --sbatch-arg=--nodes=2",
     )
     from runners.protocol import add_measure_flags
 
@@ -328,6 +355,7 @@ def _sweep_inputs(args: argparse.Namespace) -> tuple[SweepConfig, RunSpec]:
         "ssh_port",
         "ssh_identity",
         "emulate_link",
+        "launcher",
         "window_steps",
         "target_ci",
         "measure_cap_s",
@@ -335,6 +363,8 @@ def _sweep_inputs(args: argparse.Namespace) -> tuple[SweepConfig, RunSpec]:
         value = getattr(args, key)
         if value is not None:
             settings[key] = value
+    if "launcher" not in settings and os.environ.get("SLURM_JOB_ID") and not args.submit:
+        settings["launcher"] = slurm.SLURM  # inside an allocation: its nodes, as job steps
     config = SweepConfig.from_dict(settings)
     for one, many in (("model", "models"), ("dataset", "datasets")):
         if one in spec_fields:
@@ -372,6 +402,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         config, base = _sweep_inputs(args)
         # absolute: launchers run from the repository root, remote ones on other hosts
         results = Path(args.results).resolve()
+        if args.submit:
+            return _submit(args, config, base, results)
+        if args.sbatch_args:
+            raise SweepError("--sbatch-arg goes with --submit; add --submit or drop it")
+        if config.launcher == slurm.SLURM:
+            explicit = args.launcher is not None or not os.environ.get("SLURM_JOB_ID")
+            try:
+                print(slurm.note(slurm.allocation(), explicit), file=sys.stderr)
+            except launch.LaunchError as exc:
+                raise SweepError(str(exc)) from None
         if args.dry_run:
             if config.emulate_link:
                 from bench import netns
@@ -395,6 +435,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                 nodes = cell_argv(
                     cell, results, log_dir, labels, config.timeout, config.hvd_timeline
                 )
+                if cell.allocation:
+                    print(f"# cell {i}: {cell.name}")
+                    for node in nodes:
+                        print(shlex.join(node.argv))
+                    continue
                 if not cell.cluster:
                     print(shlex.join(nodes[0].argv))
                     continue
@@ -422,7 +467,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                     outcomes = run_sweep(on_link, base, results, force=args.force)
             else:
                 outcomes = run_sweep(config, base, results, force=args.force)
-    except (SweepError, SpecError, records.RecordsError, LinkError) as exc:
+    except (SweepError, SpecError, records.RecordsError, LinkError, launch.LaunchError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
@@ -456,6 +501,34 @@ def cmd_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    return 0
+
+
+def _submit(args: argparse.Namespace, config: SweepConfig, base: RunSpec, results: Path) -> int:
+    """`bench run --submit`: the sweep as an sbatch script, submitted (or printed)."""
+    from bench.sweep import plan
+
+    if args.launcher == slurm.LOCAL:
+        raise SweepError("--submit runs the sweep with --launcher slurm; drop --launcher local")
+    if config.hosts or config.hostfile:
+        raise SweepError("--submit takes its hosts from the allocation; drop --hosts/--hostfile")
+    # the sweep's size, planned as on one machine (the job's own nodes are not known yet)
+    cells = plan(dataclasses.replace(config, launcher=slurm.LOCAL), base)
+    script = slurm.sbatch_script(
+        slurm.job_argv(args.raw_argv, results),
+        results=results,
+        workers=max(config.workers),
+        threads=base.threads,
+        cells=len(cells),
+        timeout=config.timeout,
+        extra=args.sbatch_args,
+    )
+    if args.dry_run:
+        print(script, end="")
+        return 0
+    job, path = slurm.submit(script, results)
+    print(f"bench run: submitted Slurm job {job} ({len(cells)} cells); script {path}")
+    print(f"bench run: its output goes to {results / 'slurm' / f'slurm-{job}.out'}")
     return 0
 
 
@@ -847,7 +920,10 @@ def cmd_models(_: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
+    # `bench run --submit` hands the sweep's own flags on to the job
+    args.raw_argv = argv[argv.index("run") + 1 :] if args.command == "run" else argv
     handlers = {
         "run": cmd_run,
         "compare": cmd_compare,

@@ -86,6 +86,9 @@ class LaunchRequest:
         return self.log_dir / f"node{node_rank}"
 
 
+# Where a sweep's cells run, for `check_launch`: this machine, --hosts, Slurm job steps.
+LOCAL, HOSTS, SLURM = "local", "hosts", "slurm"
+
 # A builder returns each host's command: once per host (torchrun, Paddle), or once
 # on the first host for launchers that start the other hosts' workers themselves.
 Builder = Callable[[LaunchRequest], list[tuple[launch.Host, list[str]]]]
@@ -111,9 +114,9 @@ class EngineEntry:
     check_option_set: Callable[[Mapping[str, str]], None] | None = None
     # settings of the shared spec this engine cannot honour, refused with InputError
     check_spec: Callable[[RunSpec], None] | None = None
-    # what this machine must offer for the given options and hosts (e.g. an MPI
-    # build), refused with LaunchError before the sweep starts
-    check_launch: Callable[[Mapping[str, str], bool, str | None], None] | None = None
+    # what this machine must offer for the given options where the cell runs (LOCAL,
+    # HOSTS or SLURM; e.g. an MPI build), refused with LaunchError before the sweep starts
+    check_launch: Callable[[Mapping[str, str], str, str | None], None] | None = None
     engine: Engine = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -325,12 +328,12 @@ def _horovod_option_set(options: Mapping[str, str]) -> None:
     engine_options.horovod_controller(options)
 
 
-def _horovod_launch(options: Mapping[str, str], multi_node: bool, python: str | None) -> None:
+def _horovod_launch(options: Mapping[str, str], where: str, python: str | None) -> None:
     """Refuse controller=mpi (or adasum=true) where this Horovod or machine cannot run it."""
     if engine_options.horovod_controller(options) != "mpi":
         return
     why = "adasum=true (Adasum runs over MPI)" if "controller" not in options else "controller=mpi"
-    if multi_node:
+    if where == HOSTS:
         raise launch.LaunchError(
             f"engine option {why} runs on one host only here; multi-node (--hosts) Horovod "
             "runs use the gloo controller"
@@ -342,7 +345,16 @@ def _horovod_launch(options: Mapping[str, str], multi_node: bool, python: str | 
             f"{', '.join(sorted(built)) or 'no controller'} only: install an MPI "
             "(apt-get install libopenmpi-dev openmpi-bin) and rerun scripts/setup.sh"
         )
-    if shutil.which("mpirun") is None:
+    if where == SLURM:  # srun --mpi=pmix starts the workers, not mpirun
+        from bench import slurm
+
+        if "pmix" not in slurm.srun_mpi_types():
+            raise launch.LaunchError(
+                f"engine option {why} runs Horovod as srun --mpi=pmix steps, and this srun "
+                f"offers {', '.join(sorted(slurm.srun_mpi_types())) or 'no MPI plugin'}: "
+                "install Slurm's PMIx plugin (Debian: slurm-wlm-basic-plugins) or drop the option"
+            )
+    elif shutil.which("mpirun") is None:
         raise launch.LaunchError(
             f"engine option {why} needs mpirun on PATH (horovodrun --mpi starts the workers "
             "with it); install openmpi-bin or put your MPI's bin folder on PATH"
@@ -361,8 +373,13 @@ Engine.HOROVOD = register(
         install_hint=f"{SETUP}, which builds Horovod with PyTorch and Gloo support",
         launcher="horovodrun",
         build=_horovodrun,
-        # OpenMPI's mpirun when horovodrun --mpi starts the workers through it
-        launched_by=(("HOROVOD_RANK", "horovodrun"), ("OMPI_COMM_WORLD_RANK", "mpirun")),
+        # OpenMPI's mpirun when horovodrun --mpi starts the workers through it; srun
+        # when Slurm starts them as MPI tasks
+        launched_by=(
+            ("HOROVOD_RANK", "horovodrun"),
+            ("OMPI_COMM_WORLD_RANK", "mpirun"),
+            ("SLURM_STEP_ID", "srun"),  # a task of an srun --mpi=pmix step
+        ),
         options=engine_options.HOROVOD,
         check_option_set=_horovod_option_set,
         check_launch=_horovod_launch,

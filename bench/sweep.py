@@ -31,7 +31,7 @@ from typing import Any, TextIO
 import yaml
 
 import models
-from bench import engines, launch, records
+from bench import engines, launch, records, slurm
 from bench import env as benv
 from bench.checks import InputError, check_device, prepare
 from bench.engines import Engine
@@ -86,6 +86,8 @@ class SweepConfig:
     # A rate such as "1gbit": every cell runs across two local network namespaces whose
     # link is shaped to it (bench/netns.py); empty: no emulated link.
     emulate_link: str = ""
+    # local: launchers on this machine (or --hosts); slurm: job steps of this allocation
+    launcher: str = slurm.LOCAL
     # How each run measures (runners/protocol.py Measure); None: the runner's default.
     window_steps: int | None = None
     target_ci: float | None = None
@@ -155,6 +157,14 @@ class SweepConfig:
             raise SweepError(f"seed_mode must be 'vary' or 'fixed', got {self.seed_mode!r}")
         if not self.timeout > 0:
             raise SweepError(f"timeout must be > 0 seconds, got {self.timeout}")
+        if self.launcher not in slurm.LAUNCHERS:
+            raise SweepError(
+                f"launcher must be one of {', '.join(slurm.LAUNCHERS)}, got {self.launcher!r}"
+            )
+        if self.launcher == slurm.SLURM and (self.hosts or self.hostfile):
+            raise SweepError(
+                "--launcher slurm takes its hosts from the Slurm allocation; drop --hosts/--hostfile"
+            )
         cluster = self.cluster()
         if self.emulate_link:
             self.link_bps()  # a bad rate is refused before anything starts
@@ -317,6 +327,7 @@ class Cell:
     # runner flags for how the run measures; they change no trained number, so not the key
     measure: tuple[str, ...] = ()
     link_bps: int | None = None  # the emulated link's rate (bench/netns.py); None: none
+    allocation: slurm.Allocation | None = None  # job steps of this allocation (--launcher slurm)
 
     @property
     def name(self) -> str:
@@ -327,6 +338,7 @@ class Cell:
             + (f" [{', '.join(self.options)}]" if self.options else "")
             + (f" on {len(self.cluster.hosts)} hosts" if self.cluster else "")
             + (f" over a {format_rate(self.link_bps)} link" if self.link_bps else "")
+            + (f" in Slurm job {self.allocation.job_id}" if self.allocation else "")
         )
 
     @property
@@ -347,6 +359,7 @@ class Cell:
                 *self.options,
                 *([self.hosts_label] if self.cluster else []),
                 *([f"link={self.link_bps}"] if self.link_bps else []),
+                *(["launcher=slurm"] if self.allocation else []),
             ],
             sort_keys=True,
         )
@@ -366,6 +379,14 @@ def spec_flags(spec: RunSpec) -> list[str]:
 def plan(config: SweepConfig, base: RunSpec) -> list[Cell]:
     """All cells, repeat-major so that slow drift of the machine spreads over every engine."""
     cluster = config.cluster()
+    alloc = None
+    if config.launcher == slurm.SLURM:
+        try:
+            alloc = dataclasses.replace(slurm.allocation(), port=config.master_port)
+            for w in config.workers:
+                alloc.placement(w)
+        except launch.LaunchError as exc:
+            raise SweepError(str(exc)) from None
     cells = []
     for repeat in range(config.repeats):
         seed = base.seed + repeat if config.seed_mode == "vary" else base.seed
@@ -376,6 +397,8 @@ def plan(config: SweepConfig, base: RunSpec) -> list[Cell]:
                 for workers in config.workers:
                     for engine in config.engines:
                         opts = config.options(engine)
+                        if alloc and engine is Engine.HOROVOD:
+                            opts = slurm_horovod_options(opts)
                         for s in (spec, spec.replace(grad_sync=False)):
                             if s.grad_sync or (config.comm_cost and workers > 1):
                                 cells.append(
@@ -389,9 +412,30 @@ def plan(config: SweepConfig, base: RunSpec) -> list[Cell]:
                                         cluster,
                                         config.measure_flags(),
                                         config.link_bps(),
+                                        alloc,
                                     )
                                 )
     return cells
+
+
+def slurm_horovod_options(options: tuple[str, ...]) -> tuple[str, ...]:
+    """Horovod's options in Slurm: the MPI controller (srun --mpi=pmix) unless one was chosen.
+
+    Recorded as controller=mpi, so compare shows these runs as horovod[mpi]. Without
+    MPI in this Horovod, or PMIx in srun, they stay on Gloo (horovodrun).
+    """
+    given = dict(o.partition("=")[::2] for o in options)
+    if (
+        "controller" in given
+        or "adasum" in given
+        or Engine.HOROVOD in check_engines([Engine.HOROVOD])
+    ):
+        return options
+    try:
+        mpi = slurm.horovod_mpi_default()
+    except launch.LaunchError:
+        return options
+    return (*options, "controller=mpi") if mpi else options
 
 
 def engine_unavailable(engine: Engine, python: str | None = None) -> str | None:
@@ -433,13 +477,16 @@ def check_engines(engines: Sequence[Engine], python: str | None = None) -> dict[
 
 def check_launches(config: SweepConfig, used: Sequence[Engine], python: str | None = None) -> None:
     """Each engine's own pre-launch checks of the sweep's options on this machine."""
-    multi_node = config.cluster() is not None
+    if config.launcher == slurm.SLURM:
+        where = engines.SLURM
+    else:
+        where = engines.LOCAL if config.cluster() is None else engines.HOSTS
     for engine in used:
         check = engines.get(engine).check_launch
         if check is None:
             continue
         try:
-            check(config.option_map(engine), multi_node, python)
+            check(config.option_map(engine), where, python)
         except launch.LaunchError as exc:
             raise SweepError(str(exc)) from None
 
@@ -476,7 +523,8 @@ def check_plan(
         except InputError as exc:
             raise SweepError(f"cell {cell.name}: {exc}") from None
         # Remote machines' cores are not known here; their owner sizes --hosts slots.
-        if cell.spec.device is Device.CPU and not config.oversubscribe and not cell.cluster:
+        remote = cell.cluster or cell.allocation  # cores elsewhere: the allocation sizes them
+        if cell.spec.device is Device.CPU and not config.oversubscribe and not remote:
             cores = benv.usable_cpus()
             if cell.workers * cell.spec.threads > cores:
                 raise SweepError(
@@ -634,6 +682,18 @@ def cell_argv(
     if timeline and cell.engine is Engine.HOROVOD:
         options.append(f"timeline={log_dir / 'timeline.json'}")
     runner_args += [a for kv in options for a in ("--engine-option", kv)]
+    option_map = dict(o.partition("=")[::2] for o in options)
+    if cell.allocation:
+        return slurm.launches(
+            cell.engine,
+            cell.allocation,
+            cell.workers,
+            runner_args,
+            tag=slurm_tag(labels),
+            log_dir=log_dir,
+            python=python,
+            options=option_map,
+        )
     return engines.build_launch(
         cell.engine,
         cell.cluster or launch.Cluster.this_machine(cell.workers),
@@ -641,8 +701,13 @@ def cell_argv(
         runner_args,
         log_dir=log_dir,
         python=python or sys.executable,
-        options=dict(o.partition("=")[::2] for o in options),
+        options=option_map,
     )
+
+
+def slurm_tag(labels: dict[str, Any]) -> str:
+    """The tag naming a cell's job steps: its attempt (or, for --dry-run, its cell key)."""
+    return str(labels.get("attempt") or labels.get("cell") or "cell")[:16]
 
 
 def _write_log(path: Path, text: str) -> None:
@@ -692,6 +757,9 @@ def run_cell(
         labels["hosts"] = cell.hosts_label
     if cell.link_bps:  # records.new_record turns it into the record's `link`
         labels["link_rate_bps"] = cell.link_bps
+    if cell.allocation:
+        labels["slurm_job"] = cell.allocation.job_id
+        labels["hosts"] = ",".join(map(str, cell.allocation.placement(cell.workers)))
     # the runner's record measures launch-to-stop from it (on this machine's clock)
     labels["launched_at"] = time.time()
     nodes = cell_argv(cell, results, log_dir, labels, timeout, timeline, python)
@@ -707,6 +775,8 @@ def run_cell(
         try:
             status, error, seconds = run_launches(argvs, logs, timeout)
         finally:
+            if cell.allocation:  # a killed srun can leave its step running: cancel it
+                slurm.cancel_steps(cell.allocation.job_id, slurm_tag(labels))
             # launchers echo the environment into their logs (paddle's envlog.N and more)
             benv.scrub_log_dir(log_dir)
     except (KeyboardInterrupt, Interrupted) as exc:

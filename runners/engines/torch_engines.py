@@ -445,8 +445,9 @@ class HorovodAdapter(TorchAdapter):
 
     def expected_world_size(self) -> int:
         # horovodrun --gloo sets HOROVOD_SIZE; under --mpi only mpirun's own variables
-        # say it (OpenMPI's, else the PMI ones of MPICH and Slurm).
-        for var in ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
+        # say it (OpenMPI's, else the PMI ones of MPICH and Slurm); started by
+        # `srun --mpi=pmix`, only Slurm's step size.
+        for var in ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"):
             if var in os.environ:
                 return int(os.environ[var])
         return 1

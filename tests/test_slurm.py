@@ -1,0 +1,378 @@
+"""Slurm: cells as job steps of an allocation, sweeps submitted with sbatch, the refusals.
+
+The launches run for real in a single-machine Slurm cluster started from Debian's
+packages (tests/slurm_cluster.py; root only, skipped with the reason otherwise).
+Losses are compared to DDP's with the tolerance of tests/test_horovod_mpi.py (1e-6
+relative): CPU tensor operations are the same maths under every launch path.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+import pytest
+
+from bench import launch, records, slurm
+from bench.engines import Engine
+from tests import slurm_cluster
+from tests.conftest import ROOT, run_bench
+
+TINY = ["--models", "mlp", "--repeats", "1", "--no-comm-cost", "--no-compare"]
+TINY += ["--epochs", "1", "--max-steps", "20", "--target-ci", "0"]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[slurm_cluster.SlurmCluster]:
+    why = slurm_cluster.unavailable()
+    if why:
+        pytest.skip(why)
+    start = time.monotonic()
+    running = slurm_cluster.start()
+    print(f"Slurm cluster started in {time.monotonic() - start:.1f}s")
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def _in_allocation(
+    cluster: slurm_cluster.SlurmCluster, tasks: int, *args: str, timeout: float = 900
+) -> subprocess.CompletedProcess[str]:
+    """`bench run ARGS` inside `salloc --ntasks TASKS` of the test cluster."""
+    argv = ["salloc", "--ntasks", str(tasks), "--", sys.executable, "-m", "bench.cli", "run"]
+    return subprocess.run(
+        [*argv, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=cluster.environ(),
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def _records(results: Path) -> list[dict[str, Any]]:
+    return records.load([results]).records
+
+
+# --- without a cluster ---------------------------------------------------------------
+
+
+def test_per_node_counts_and_placement() -> None:
+    assert slurm.expand_counts("2(x3),1") == [2, 2, 2, 1]
+    alloc = slurm.Allocation("7", (launch.Host("a", 2), launch.Host("b", 2)))
+    assert [str(h) for h in alloc.placement(2)] == ["a:2"]  # fewest nodes first
+    assert [str(h) for h in alloc.placement(4)] == ["a:2", "b:2"]
+    with pytest.raises(slurm.SlurmError, match="5 workers do not fit in Slurm job 7"):
+        alloc.placement(5)
+
+
+@pytest.mark.skipif(shutil.which("srun") is None, reason="no srun: apt-get install slurm-wlm")
+def test_two_node_cells_start_one_launcher_per_node(tmp_path: Path) -> None:
+    alloc = slurm.Allocation("7", (launch.Host("a", 2), launch.Host("b", 2)), port=29511)
+    ddp = slurm.launches(Engine.DDP, alloc, 4, ["--x"], tag="t", log_dir=tmp_path)
+    assert [n.host.name for n in ddp] == ["a", "b"]
+    for rank, node in enumerate(ddp):
+        argv = node.argv
+        assert argv[argv.index("--nodelist") + 1] == node.host.name
+        assert argv[argv.index("--cpus-per-task") + 1] == "2"  # the node's 2 workers
+        assert argv[argv.index("--node-rank") + 1] == str(rank)
+        assert argv[argv.index("--master-addr") + 1] == "a"
+        assert argv[argv.index("--master-port") + 1] == "29511"
+    paddle = slurm.launches(Engine.PADDLE, alloc, 4, [], tag="t")
+    assert [n.argv[n.argv.index("--host") + 1] for n in paddle] == ["a", "b"]
+    (hvd,) = slurm.launches(Engine.HOROVOD, alloc, 4, [], tag="t", options={"controller": "gloo"})
+    assert hvd.argv[hvd.argv.index("-H") + 1] == "a:2,b:2"
+    assert hvd.argv[hvd.argv.index("--nodelist") + 1] == "a"
+    assert slurm.launches(Engine.DDP, alloc, 2, [], tag="t")[0].host.name == "a"  # one node
+
+
+def test_submit_dry_run_prints_the_sbatch_script(tmp_path: Path) -> None:
+    proc = run_bench(
+        "run",
+        "--submit",
+        "--dry-run",
+        "--engines",
+        "ddp",
+        "--workers",
+        "1,2",
+        *TINY,
+        "--timeout",
+        "60",
+        "--sbatch-arg=--partition=gpu",
+        "--sbatch-arg=--time=0:30:00",  # '=': argparse takes no value starting with '-' else
+        "--results",
+        str(tmp_path / "res"),
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    script = proc.stdout
+    assert script.startswith("#!/bin/bash\n")
+    for line in ("--nodes=1", "--ntasks-per-node=2", "--partition=gpu", "--time=0:30:00"):
+        assert f"#SBATCH {line}\n" in script
+    assert script.count("#SBATCH --time") == 1  # the user's replaces the derived one
+    run_line = script.strip().splitlines()[-1]
+    assert run_line.startswith("exec ") and "--submit" not in run_line
+    assert "--sbatch-arg" not in run_line and "--dry-run" not in run_line
+    assert run_line.endswith(f"--results {tmp_path / 'res'} --launcher slurm")
+    assert not (tmp_path / "res").exists()  # printed, not written or submitted
+
+
+def test_slurm_launcher_outside_an_allocation_is_refused(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env["PATH"] = str(tmp_path)  # no srun either
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.cli",
+            "run",
+            "--launcher",
+            "slurm",
+            "--engines",
+            "ddp",
+            *TINY,
+            "--results",
+            str(tmp_path / "res"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "SLURM_JOB_ID is not set: run bench inside salloc or an sbatch script" in proc.stderr
+    env["SLURM_JOB_ID"] = "42"
+    env["SLURM_JOB_NODELIST"] = "node1"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.cli",
+            "run",
+            "--engines",
+            "ddp",
+            *TINY,
+            "--results",
+            str(tmp_path / "res"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "srun not found on PATH" in proc.stderr
+    assert not (tmp_path / "res" / "runs.jsonl").exists()
+
+
+# --- in a real cluster ------------------------------------------------------------------
+
+
+@pytest.mark.distributed
+def test_each_engine_runs_as_job_steps(cluster: slurm_cluster.SlurmCluster, tmp_path: Path) -> None:
+    results = tmp_path / "res"
+    # automatic inside an allocation: no --launcher
+    proc = _in_allocation(cluster, 2, "--workers", "2", *TINY, "--results", str(results))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "cells run as job steps of Slurm job" in proc.stderr
+    assert "(SLURM_JOB_ID is set; --launcher local runs them here instead)" in proc.stderr
+    # Horovod through horovodrun --gloo in a step, as where Horovod has no MPI
+    proc = _in_allocation(
+        cluster,
+        2,
+        "--engines",
+        "horovod",
+        "--engine-option",
+        "horovod:controller=gloo",
+        "--workers",
+        "2",
+        *TINY,
+        "--results",
+        str(results),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    recs = _records(results)
+    assert all(r["status"] == "ok" for r in recs), [r.get("error") for r in recs]
+    by = {(r["engine"], r["knobs"].get("controller")): r for r in recs}
+    mpi = "mpi" in launch.horovod_controllers()
+    want = {
+        ("ddp", None),
+        ("paddle", None),
+        ("horovod", "gloo"),
+        ("horovod", "mpi" if mpi else "gloo"),
+    }
+    assert set(by) == want
+    ddp = by["ddp", None]
+    for rec in recs:
+        assert rec["world_size"] == 2
+        assert rec["labels"]["slurm_job"] and rec["labels"]["hosts"] == f"{cluster.node}:2"
+        assert rec["fingerprints"]["init_weights"] == ddp["fingerprints"]["init_weights"]
+    for controller in ("gloo", "mpi") if mpi else ("gloo",):
+        losses = np.asarray(by["horovod", controller]["step_losses"])
+        assert losses.shape == np.asarray(ddp["step_losses"]).shape and losses.size >= 20
+        np.testing.assert_allclose(losses, ddp["step_losses"], rtol=1e-6, err_msg=controller)
+    if mpi:  # one srun --mpi=pmix step, no mpirun
+        assert by["horovod", "mpi"]["launcher"]["name"] == "srun"
+        assert by["horovod", "mpi"]["engine_options"] == {"controller": "mpi"}
+
+
+@pytest.mark.distributed
+def test_too_many_workers_for_the_allocation(
+    cluster: slurm_cluster.SlurmCluster, tmp_path: Path
+) -> None:
+    proc = _in_allocation(
+        cluster, 1, "--engines", "ddp", "--workers", "2", *TINY, "--results", str(tmp_path)
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "2 workers do not fit in Slurm job" in proc.stderr
+    assert f"({cluster.node}:1: 1 tasks in all" in proc.stderr
+    assert not records.results_file(tmp_path).exists()
+
+
+@pytest.mark.distributed
+def test_a_timed_out_step_leaves_no_process(
+    cluster: slurm_cluster.SlurmCluster, tmp_path: Path
+) -> None:
+    results = tmp_path / "res"
+    proc = _in_allocation(
+        cluster,
+        2,
+        "--launcher",
+        "slurm",
+        "--engines",
+        "ddp",
+        "--workers",
+        "2",
+        *TINY,
+        "--timeout",
+        "4",  # torch's import alone takes longer
+        "--results",
+        str(results),
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (rec,) = _records(results)
+    assert rec["status"] == "timeout"
+    assert "cell exceeded its time-out of 4s" in rec["error"]
+    # nothing of the cell is left: no step in Slurm, no worker on the machine
+    steps = subprocess.run(
+        ["squeue", "--steps", "--noheader"], env=cluster.environ(), capture_output=True, text=True
+    ).stdout
+    assert "bench-" not in steps
+    left = [
+        p.info["cmdline"]
+        for p in psutil.process_iter(["cmdline"])
+        if str(results) in " ".join(p.info["cmdline"] or [])
+    ]
+    assert not left, left
+
+
+@pytest.mark.distributed
+def test_submit_runs_the_sweep_as_a_batch_job(
+    cluster: slurm_cluster.SlurmCluster, tmp_path: Path
+) -> None:
+    results = tmp_path / "res"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.cli",
+            "run",
+            "--submit",
+            "--engines",
+            "ddp",
+            "--workers",
+            "2",
+            *TINY,
+            "--timeout",
+            "240",
+            "--results",
+            str(results),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=cluster.environ(),
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    job = proc.stdout.split("submitted Slurm job ")[1].split()[0]
+    (script,) = (results / "slurm").glob("*.sbatch")
+    assert "#SBATCH --ntasks-per-node=2\n" in script.read_text()
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        queued = subprocess.run(
+            ["squeue", "--noheader", "--jobs", job],
+            env=cluster.environ(),
+            capture_output=True,
+            text=True,
+        ).stdout
+        if not queued.strip():
+            break
+        time.sleep(2)
+    else:
+        pytest.fail(f"job {job} still queued or running after 600s\n{cluster.logs()}")
+    output = results / "slurm" / f"slurm-{job}.out"
+    text = output.read_text() if output.exists() else "(no output file)"
+    recs = _records(results) if records.results_file(results).exists() else []
+    assert len(recs) == 1, text
+    assert recs[0]["status"] == "ok", text
+    assert recs[0]["labels"]["slurm_job"] == job
+    assert recs[0]["engine"] == Engine.DDP.value
+
+
+@pytest.mark.distributed
+def test_a_step_whose_srun_was_killed_is_cancelled(
+    cluster: slurm_cluster.SlurmCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = cluster.environ()
+    monkeypatch.setenv("SLURM_CONF", env["SLURM_CONF"])  # for cancel_steps' squeue and scancel
+    out = subprocess.run(
+        ["salloc", "--no-shell", "--ntasks", "1"], env=env, capture_output=True, text=True
+    )
+    job = out.stderr.split("Granted job allocation ")[1].split()[0]
+
+    def steps() -> list[str]:
+        out = subprocess.run(
+            ["squeue", "--steps", "--jobs", job, "--noheader", "--format=%i %j"],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        return [line.split()[0] for line in out.stdout.splitlines() if "bench-t1" in line]
+
+    try:
+        srun = subprocess.Popen(
+            ["srun", "--jobid", job, "--job-name", slurm.step_name("t1"), "sleep", "300"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 60
+        while not steps() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        srun.kill()  # SIGKILL: srun cannot end its step, which keeps running
+        srun.wait()
+        time.sleep(2)
+        assert steps(), "the step ended with its srun: nothing left to test"
+        assert slurm.cancel_steps(job, "t1")
+        deadline = time.monotonic() + 60
+        while steps() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not steps()
+    finally:
+        subprocess.run(["scancel", job], env=env, capture_output=True)
