@@ -212,8 +212,18 @@ def launches(
                 f"no pmix plugin ({', '.join(sorted(srun_mpi_types())) or 'none'}); install "
                 "Slurm's PMIx plugin or use controller=gloo"
             )
+        # The MPI controller and MPI CPU operations are what an MPI build uses under
+        # mpirun; said explicitly, so that a HOROVOD_* variable in the caller's shell
+        # (srun exports it) cannot switch the step to Gloo.
         argv = [*_srun(name, hosts, per, threads), "--mpi=pmix", "--label"]
-        command = [python, str(engines.get(engine).runner), *runner_args]
+        command = [
+            "env",
+            "HOROVOD_CONTROLLER=mpi",
+            "HOROVOD_CPU_OPERATIONS=mpi",
+            python,
+            str(engines.get(engine).runner),
+            *runner_args,
+        ]
         return [launch.NodeLaunch(hosts[0], [*argv, *command], command)]
     # One node: the launcher's single-node form (torchrun --standalone picks a free
     # port; horovodrun starts local workers itself only for names it knows as local).

@@ -140,6 +140,19 @@ def ok_record(proc: subprocess.CompletedProcess[str], recs: list[dict[str, Any]]
     return recs[0]
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _restore_environment_per_module() -> Iterator[None]:
+    """The same for a module's fixtures: one that builds an adapter in-process (the
+    perf benchmarks, the identical-maths checks) would leave HOROVOD_CONTROLLER and
+    thread variables to every later module's launches otherwise. Autouse, so it is set
+    up before the module's own fixtures and torn down after them."""
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 @pytest.fixture(autouse=True)
 def _restore_environment() -> Iterator[None]:
     """Undo what a test (or the adapter it starts in-process) wrote into os.environ.

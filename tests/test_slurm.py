@@ -45,7 +45,11 @@ def cluster() -> Iterator[slurm_cluster.SlurmCluster]:
 
 
 def _in_allocation(
-    cluster: slurm_cluster.SlurmCluster, tasks: int, *args: str, timeout: float = 900
+    cluster: slurm_cluster.SlurmCluster,
+    tasks: int,
+    *args: str,
+    timeout: float = 900,
+    extra_env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """`bench run ARGS` inside `salloc --ntasks TASKS` of the test cluster."""
     argv = ["salloc", "--ntasks", str(tasks), "--", sys.executable, "-m", "bench.cli", "run"]
@@ -55,7 +59,7 @@ def _in_allocation(
         text=True,
         timeout=timeout,
         cwd=ROOT,
-        env=cluster.environ(),
+        env={**cluster.environ(), **(extra_env or {})},
         stdin=subprocess.DEVNULL,
     )
 
@@ -185,8 +189,12 @@ def test_slurm_launcher_outside_an_allocation_is_refused(tmp_path: Path) -> None
 @pytest.mark.distributed
 def test_each_engine_runs_as_job_steps(cluster: slurm_cluster.SlurmCluster, tmp_path: Path) -> None:
     results = tmp_path / "res"
-    # automatic inside an allocation: no --launcher
-    proc = _in_allocation(cluster, 2, "--workers", "2", *TINY, "--results", str(results))
+    # automatic inside an allocation: no --launcher; Gloo settings left in the shell
+    # (srun exports them) must not switch the MPI step to Gloo
+    stale = {"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo"}
+    proc = _in_allocation(
+        cluster, 2, "--workers", "2", *TINY, "--results", str(results), extra_env=stale
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "cells run as job steps of Slurm job" in proc.stderr
     assert "(SLURM_JOB_ID is set; --launcher local runs them here instead)" in proc.stderr
