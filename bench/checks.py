@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import models
 from bench import data as bdata
 from bench.spec import (
@@ -16,15 +18,19 @@ class InputError(ValueError):
     """Anything wrong with what the user asked for; reported without a traceback."""
 
 
-def prepare(spec: RunSpec, world_size: int) -> tuple[models.ModelDef, bdata.Dataset, int]:
+def prepare(
+    spec: RunSpec, world_size: int, load: Callable[..., bdata.Dataset] | None = None
+) -> tuple[models.ModelDef, bdata.Dataset, int]:
     """Check everything about the input that does not need a process group.
 
     Returns (model, dataset, steps per epoch) or raises InputError naming the problem.
+    `load` replaces bdata.load_dataset (the sweep's checks pass a cached one: the
+    same data checked at several worker counts is generated once).
     """
     try:
         spec.validate(world_size)
         model = models.get(spec.model)
-        dataset = bdata.load_dataset(
+        dataset = (load or bdata.load_dataset)(
             spec.dataset,
             seed=spec.seed,
             test_fraction=spec.test_fraction,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -31,6 +32,7 @@ from typing import Any, TextIO
 import yaml
 
 import models
+from bench import data as bdata
 from bench import engines, launch, records, slurm
 from bench import env as benv
 from bench.checks import InputError, check_device, prepare
@@ -506,6 +508,9 @@ def check_plan(
     unavailable = check_engines(used, python)
     check_launches(config, [e for e in used if e not in unavailable], python)
     seen = set()
+    # Cells come worker count by worker count for each spec: one dataset held at a time
+    # (ResNet-50's synthetic 224x224 set takes seconds to generate).
+    load = functools.lru_cache(maxsize=1)(bdata.load_dataset)
     for cell in cells:
         try:
             engines.check_engine(cell.engine, cell.spec)
@@ -519,7 +524,7 @@ def check_plan(
             continue
         seen.add(key)
         try:
-            prepare(cell.spec, cell.workers)
+            prepare(cell.spec, cell.workers, load)
         except InputError as exc:
             raise SweepError(f"cell {cell.name}: {exc}") from None
         # Remote machines' cores are not known here; their owner sizes --hosts slots.

@@ -6,7 +6,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -113,10 +113,19 @@ def run_direct(
     return proc, recs[before:]
 
 
+def quick_measure(args: Sequence[str]) -> list[str]:
+    """`bench run` arguments without the timed windows a run adds after its steps
+    (up to --measure-cap-s each) unless they set --target-ci themselves: tests that
+    check records, not throughput, need none of them."""
+    args = list(args)
+    return args if args[:1] != ["run"] or "--target-ci" in args else [*args, *NO_EXTRA_WINDOWS]
+
+
 def run_bench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """`bench ARGS...` from the repository root, output captured, no standard input."""
+    """`bench ARGS...` from the repository root, output captured, no standard input;
+    `bench run` without extra timed windows (quick_measure)."""
     return subprocess.run(
-        [sys.executable, "-m", "bench.cli", *args],
+        [sys.executable, "-m", "bench.cli", *quick_measure(args)],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -101,13 +101,14 @@ RESNET50 = ["--model", "resnet50", "--batch-size", "2", "--synthetic-samples", "
 
 
 def test_resnet50_at_224_under_every_engine(tmp_path: Path) -> None:
-    """The ImageNet-style model on 224x224 inputs, 1 and 2 workers, every engine."""
+    """The ImageNet-style model on 224x224 inputs, 2 workers, every engine (one worker
+    is ResNet-18's tests above: the same code path at a size that runs in seconds)."""
     runs = {
         (e, n): ok_record(*run_engine(e, n, RESNET50, tmp_path / f"{e.value}{n}"))
         for e in Engine
-        for n in (1, 2)
+        for n in (2,)
     }
-    for n in (1, 2):
+    for n in (2,):
         same = [runs[e, n] for e in Engine]
         assert len({r["fingerprints"]["init_weights"] for r in same}) == 1
         assert len({r["fingerprints"]["data_order"] for r in same}) == 1

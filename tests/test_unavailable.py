@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from bench import records
-from tests.conftest import ROOT
+from tests.conftest import ROOT, quick_measure
 
 HIDE = """
 import importlib.abc, sys
@@ -41,7 +41,7 @@ def _without(hidden: set[str], tmp_path: Path) -> dict[str, str]:
 
 def _bench(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "bench.cli", *args],
+        [sys.executable, "-m", "bench.cli", *quick_measure(args)],
         capture_output=True,
         text=True,
         timeout=300,
