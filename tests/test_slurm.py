@@ -134,50 +134,21 @@ def test_submit_dry_run_prints_the_sbatch_script(tmp_path: Path) -> None:
 def test_slurm_launcher_outside_an_allocation_is_refused(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env["PATH"] = str(tmp_path)  # no srun either
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.cli",
-            "run",
-            "--launcher",
-            "slurm",
-            "--engines",
-            "ddp",
-            *TINY,
-            "--results",
-            str(tmp_path / "res"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-    )
+
+    def run(*flags: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "bench.cli", "run", *flags, "--engines", "ddp", *TINY,
+             "--results", str(tmp_path / "res")],
+            capture_output=True, text=True, timeout=300, cwd=ROOT, env=env,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+
+    proc = run("--launcher", "slurm")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "SLURM_JOB_ID is not set: run bench inside salloc or an sbatch script" in proc.stderr
     env["SLURM_JOB_ID"] = "42"
     env["SLURM_JOB_NODELIST"] = "node1"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.cli",
-            "run",
-            "--engines",
-            "ddp",
-            *TINY,
-            "--results",
-            str(tmp_path / "res"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-    )
+    proc = run()
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "srun not found on PATH" in proc.stderr
     assert not (tmp_path / "res" / "runs.jsonl").exists()
