@@ -30,20 +30,20 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, int], dict
     return {
         (e.value, n): ok_record(*run_engine(e, n, _args(root), root / f"res-{e.value}-{n}"))
         for e in Engine
-        for n in (1, 2)
+        for n in (2,)  # sharded across ranks: the case where the pixels could differ
     }
 
 
 def test_every_engine_sees_the_same_augmented_data(
     runs: dict[tuple[str, int], dict[str, Any]],
 ) -> None:
-    for n in (1, 2):
+    for n in (2,):
         fps = [runs[e.value, n]["fingerprints"] for e in Engine]
         for key in ("init_weights", "data_order"):
             assert len({f[key] for f in fps}) == 1, (n, key, fps)
         assert len({runs[e.value, n]["dataset"]["fingerprint"] for e in Engine}) == 1
     # the same pixels reach every engine, so Horovod and DDP stay identical throughout
-    for n in (1, 2):
+    for n in (2,):
         np.testing.assert_allclose(
             runs["horovod", n]["step_losses"], runs["ddp", n]["step_losses"], rtol=1e-6
         )
