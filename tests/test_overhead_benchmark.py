@@ -1,0 +1,46 @@
+"""The harness-overhead benchmark runs for real: runner and recipe windows in the same launch."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_interleaved_overhead_reports_a_ratio_with_its_interval() -> None:
+    # 2 workers over gloo: the runner's DDP adapter and the recipe's own DDP model share
+    # one process group, window by window; 8 pairs are enough for an interval (n >= 6)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tests/benchmarks/independent_overhead.py"),
+            "--engines",
+            "ddp",
+            "--workers",
+            "2",
+            "--launches",
+            "1",
+            "--pairs",
+            "8",
+            "--window-steps",
+            "5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    row = re.search(
+        r"^\| ddp \| 2 \| ([0-9.]+) \| \[([0-9.]+), ([0-9.]+)\] n=8 \| ([0-9.]+)% \| (.+?) \| ([0-9.]+) \|$",
+        proc.stdout,
+        re.M,
+    )
+    assert row, proc.stdout
+    ratio, low, high = (float(row.group(i)) for i in (1, 2, 3))
+    assert low <= ratio <= high
+    assert 0.5 < ratio < 2.0  # same network, same batches: anything else is a broken side
+    assert row.group(5) in (">= 0.98 confirmed", "below 0.98", "undecided")
