@@ -12,7 +12,9 @@ with any such process, and the engines are not hurt equally.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
+import sys
 import time
 from typing import Any
 
@@ -62,13 +64,43 @@ def run_tree_root() -> int:
         return os.getpid()
 
 
-def _tree_cpu(root: int) -> float | None:
+def run_label(argv: list[str] | None = None) -> str | None:
+    """This launch's `attempt=` label from the command line (`bench run` gives every rank one)."""
+    argv = sys.argv if argv is None else argv
+    for flag, value in itertools.pairwise(argv):
+        if flag == "--label" and value.startswith("attempt="):
+            return value
+    return None
+
+
+def _run_processes(root: int, label: str | None) -> list[Any]:
+    """The run's processes: the tree under `root`, and every process whose command line
+    carries the run's label with its children. The label finds the ranks that the
+    local tree does not hold: those another host's launcher started in a second
+    network namespace of this machine (--emulate-link), or an sshd's child."""
+    import psutil
+
+    procs: dict[int, Any] = {}
+    tops = [psutil.Process(root)]
+    if label is not None:
+        for proc in psutil.process_iter(["cmdline"]):
+            if label in (proc.info.get("cmdline") or []):
+                tops.append(proc)
+    for top in tops:
+        try:
+            for proc in [top, *top.children(recursive=True)]:
+                procs.setdefault(proc.pid, proc)
+        except psutil.Error:
+            continue  # ended while listing
+    return list(procs.values())
+
+
+def _tree_cpu(root: int, label: str | None = None) -> float | None:
     try:
         import psutil
 
-        top = psutil.Process(root)
         total = 0.0
-        for proc in [top, *top.children(recursive=True)]:
+        for proc in _run_processes(root, label):
             try:
                 t = proc.cpu_times()
                 total += t.user + t.system
@@ -79,12 +111,15 @@ def _tree_cpu(root: int) -> float | None:
         return None
 
 
-def snapshot(root: int) -> Snapshot | None:
-    """Machine and run-tree CPU counters now; None where /proc/stat is unreadable."""
+def snapshot(root: int, label: str | None = None) -> Snapshot | None:
+    """Machine and run CPU counters now; None where /proc/stat is unreadable.
+
+    The run is the process tree under `root` plus the processes carrying `label`
+    (default: this process's own `attempt=` label, see `run_label`)."""
     stat = _proc_stat()
     if stat is None:
         return None
-    return Snapshot(time.monotonic(), *stat, _tree_cpu(root))
+    return Snapshot(time.monotonic(), *stat, _tree_cpu(root, label or run_label()))
 
 
 def summarise(start: Snapshot | None, end: Snapshot | None) -> dict[str, Any] | None:

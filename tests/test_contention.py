@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -49,3 +53,47 @@ def test_a_busy_neighbour_flags_the_run(tmp_path: Path) -> None:
     assert load["other_cpu_cores"] > contention.OTHER_CORES_LIMIT, load
     assert rec["contended"] is True
     assert load["own_cpu_cores"] > 0  # the run's own CPU time was measured, and excluded
+
+
+def test_the_launch_label_names_its_own_attempt() -> None:
+    argv = ["runner.py", "--label", "cell=abc", "--label", "attempt=f00d", "--quiet"]
+    assert contention.run_label(argv) == "attempt=f00d"
+    assert contention.run_label(["runner.py", "--label", "cell=abc"]) is None
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="needs Linux /proc/stat")
+def test_a_peer_rank_outside_the_tree_is_the_run_not_a_neighbour() -> None:
+    # A rank that another launcher started (an emulated link's second namespace, or an
+    # sshd's child) is not under this rank's launcher; its label makes it the run's own.
+    label = "attempt=peer-test-label"
+    spin = "import time\nt = time.time()\nwhile time.time() - t < 20: pass"
+    # started by a shell that exits at once: the peer is re-parented, outside this tree
+    started = subprocess.run(
+        [
+            "sh",
+            "-c",
+            '"$0" -c "$1" --label "$2" >/dev/null 2>&1 & echo $!',
+            sys.executable,
+            spin,
+            label,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    peer = int(started.stdout.strip())
+    try:
+        time.sleep(0.5)  # the peer is spinning
+        me = os.getpid()
+        own0, other0 = contention.snapshot(me, label), contention.snapshot(me, "attempt=other")
+        time.sleep(2.0)
+        own1, other1 = contention.snapshot(me, label), contention.snapshot(me, "attempt=other")
+        os.kill(peer, 0)  # still running: its CPU time is in both ends
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(peer, signal.SIGKILL)
+    as_own, as_other = contention.summarise(own0, own1), contention.summarise(other0, other1)
+    assert as_own is not None and as_other is not None
+    assert as_own["own_cpu_cores"] > 0.5, as_own  # the spinning peer, counted as the run's
+    assert as_other["other_cpu_cores"] > 0.5 and as_other["contended"], as_other
+    assert as_own["other_cpu_cores"] < as_other["other_cpu_cores"] - 0.5, (as_own, as_other)
