@@ -25,6 +25,11 @@ from typing import Any
 from bench import env as benv
 from bench import schema
 
+try:  # reads the summaries cache only: several times faster than json on 40 MB of them
+    import orjson as _fastjson
+except ImportError:  # pragma: no cover - a dependency; plain json reads the same file
+    _fastjson = None  # type: ignore[assignment]
+
 SCHEMA_VERSION = 2
 # The measurement protocol a record was taken under (runners/protocol.py: what is timed
 # and how). Bump it when a change makes new numbers incomparable with old ones: resume
@@ -438,7 +443,8 @@ def _cache_path(path: Path) -> Path:
 def _read_cache(path: Path) -> dict[str, Any] | None:
     try:
         with open(_cache_path(path), "rb") as fh:
-            cache = json.loads(fh.read())
+            raw = fh.read()
+        cache = _fastjson.loads(raw) if _fastjson is not None else json.loads(raw)
     except (OSError, ValueError):
         return None
     if not isinstance(cache, dict) or cache.get("version") != CACHE_VERSION:
@@ -451,6 +457,7 @@ def _write_cache(path: Path, cache: dict[str, Any]) -> None:
     target = _cache_path(path)
     tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     try:
+        # written by json (orjson would turn a NaN into null; json refuses it instead)
         tmp.write_text(json.dumps(cache, allow_nan=False, separators=(",", ":")))
         os.replace(tmp, target)
     except (OSError, ValueError):

@@ -189,7 +189,7 @@ class RunSpec:
             raise SpecError(
                 f"unknown spec field(s): {', '.join(unknown)}; known fields: {', '.join(sorted(known))}"
             )
-        hints = typing.get_type_hints(cls)
+        hints = _type_hints(cls)
         values = {name: _coerce(name, hints[name], value) for name, value in data.items()}
         return cls(**values)
 
@@ -453,6 +453,16 @@ GROUP_FIELDS_V1 = frozenset(
 CELL_FIELDS_V1 = GROUP_FIELDS_V1 | frozenset(
     ["allow_tf32", "augment", "bn_buffers", "bn_eps", "bn_momentum", "grad_compression"]
 )
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _type_hints(cls: type) -> dict[str, Any]:
+    """The dataclass's resolved annotations, once: resolving them compiles each one."""
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
 
 
 def canonical(spec: Mapping[str, Any], covered: frozenset[str]) -> dict[str, Any]:
