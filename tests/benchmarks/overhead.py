@@ -86,7 +86,7 @@ def measure(
         raise RuntimeError(
             f"{engine.value} runner failed:\n{run.stdout[-2000:]}{run.stderr[-2000:]}"
         )
-    return float(recs[-1]["loop_throughput"]), float(hand_tp)
+    return float(recs[-1]["loop_throughput"] or "nan"), float(hand_tp)
 
 
 def main() -> int:
