@@ -8,6 +8,7 @@ record gets a failed/timeout record of kind "collective".
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 import time
 import uuid
@@ -21,7 +22,8 @@ import pandas as pd
 from bench import env as benv
 from bench import launch, records
 from bench.engines import Engine
-from bench.sweep import _tail, run_launches
+from bench.record import LoadedRecord, RunRecord
+from bench.sweep import attempt_record, run_launches
 
 FILE = launch.COLLECTIVES_FILE
 DEFAULT_SIZES = launch.COLLECTIVE_SIZES
@@ -182,6 +184,32 @@ def _fmt_bytes(n: int) -> str:
     return f"{n} B"
 
 
+def _failed(
+    engine: Engine,
+    workers: int,
+    attempt: str,
+    argv: list[str] | list[list[str]],
+    link_bps: int | None,
+    status: str,
+    error: str,
+) -> RunRecord:
+    """The record of a cell whose launch left none (see sweep.attempt_record)."""
+    labels: dict[str, Any] = {"attempt": attempt}
+    if link_bps:
+        labels["link_rate_bps"] = link_bps
+    rec = records.new_record(
+        {"op": "allreduce"},
+        engine.value,
+        workers,
+        labels,
+        {"name": "bench collectives", "argv": argv},
+        status=status,
+        error=error,
+    )
+    rec["kind"] = "collective"
+    return rec
+
+
 def run(
     engines: Sequence[Engine],
     workers: Sequence[int],
@@ -217,44 +245,25 @@ def run(
                 status, error, seconds = run_launches(argvs, logs, timeout)
             finally:
                 benv.scrub_log_dir(log_dir)  # launchers echo the environment into logs
-            written = records.by_label(target, "attempt", attempt)
-            if written:
-                status = written[-1]["status"]
-            else:
-                status = status if status != records.Status.OK else records.Status.FAILED
-                labels: dict[str, Any] = {"attempt": attempt}
-                if link_bps:
-                    labels["link_rate_bps"] = link_bps
-                tails = "\n".join(_tail(log) for log in logs)
-                rec = records.new_record(
-                    {"op": "allreduce"},
-                    engine.value,
-                    w,
-                    labels,
-                    {"name": "bench collectives", "argv": argv},
-                    status=status,
-                    error=f"{error or 'no record written'}\n{tails}",
-                )
-                rec["kind"] = "collective"
-                records.append(target, rec)
+            failed = functools.partial(_failed, engine, w, attempt, argv, link_bps)
+            rec, _ = attempt_record(target, attempt, status, error, logs, failed)
+            status = rec["status"]
             print(f" {status} {seconds:.1f}s", file=out, flush=True)
             statuses.append(status)
     return statuses
 
 
-def tables(recs: Sequence[dict[str, Any]]) -> dict[str, pd.DataFrame]:
+def tables(recs: Sequence[LoadedRecord]) -> dict[str, pd.DataFrame]:
     """Bus bandwidth (GB/s) and latency (us) by message size, one column per engine and workers.
 
     With several records per cell the median is shown. Cells over an emulated link are
     named with its rate (`ddp np2 /1gbit`), and a third table gives their bus bandwidth
     as a fraction of that rate: the link limit beside each busbw.
     """
-    from bench.report import link_suffix
+    from bench.report import finished, link_suffix
 
     rows = []
-    for r in recs:
-        if r.get("kind") != "collective" or r.get("status") != records.Status.OK:
-            continue
+    for r in finished(recs, "collective"):
         rate = (r.get("link") or {}).get("rate_bps")
         for res in r.get("results") or []:
             rows.append(

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.record import RunFields
+
 # The allow-list: variables that change how an engine behaves (threads, Horovod,
 # NCCL/Gloo, CUDA, Paddle flags, the launchers' rendezvous). Only these are ever
 # recorded or kept in a log copied into results; any other variable of the shell
@@ -232,7 +234,7 @@ def environment() -> dict[str, Any]:
     }
 
 
-def machine_key(env: dict[str, Any]) -> str:
+def machine_key(env: Mapping[str, Any]) -> str:
     """Short label of the hardware a record ran on, for warnings across machines."""
     gpu = "; ".join(sorted({g.get("name", "?") for g in env.get("gpus") or []}))
     return f"{env.get('cpu', '?')} x{env.get('cpu_count', '?')}" + (f" + {gpu}" if gpu else "")
@@ -257,7 +259,7 @@ def usable_cpus() -> int:
     return max(cpus, 1)
 
 
-def oversubscription(workers_on_host: int, threads_per_worker: int) -> dict[str, Any]:
+def oversubscription(workers_on_host: int, threads_per_worker: int) -> RunFields:
     """Whether this host runs more worker threads than it has usable CPUs, with the numbers.
 
     Timings of an oversubscribed run measure the CPU contention as much as the engine,

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import datetime
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from bench import env as benv
-from bench import records, report
+from bench import report
+from bench.record import LoadedRecord
 
 FORMAT_VERSION = "5.1.0"  # the pytest-benchmark JSON layout written here
 
@@ -48,22 +50,13 @@ def _stats(data: np.ndarray) -> dict[str, Any]:
     }
 
 
-def to_pytest_benchmark(recs: list[dict[str, Any]]) -> dict[str, Any]:
-    cells: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
-    for r in recs:
-        if r.get("status") != records.Status.OK or r.get("kind", "train") != "train":
+def to_pytest_benchmark(recs: Sequence[LoadedRecord]) -> dict[str, Any]:
+    cells: dict[tuple[str, str, int], list[LoadedRecord]] = {}
+    for r in report.finished(recs):
+        if not (r.get("spec") or {}).get("grad_sync", True):
             continue
-        spec = r.get("spec") or {}
-        if not spec.get("grad_sync", True):
-            continue
-        env = r.get("env") or {}
         # one benchmark never pools machines or library versions (as in `bench compare`)
-        key = report.group_key(
-            spec,
-            benv.machine_key(env),
-            json.dumps(env.get("libraries", {}), sort_keys=True),
-            protocol=records.protocol_version(r),
-        )
+        key = report.comparison_key(r)
         cells.setdefault((key, r["engine"], int(r["world_size"])), []).append(r)
     benchmarks = []
     for (group, engine, workers), runs in sorted(cells.items()):
@@ -129,7 +122,7 @@ def to_pytest_benchmark(recs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def write(recs: list[dict[str, Any]], path: str | Path) -> int:
+def write(recs: Sequence[LoadedRecord], path: str | Path) -> int:
     data = to_pytest_benchmark(recs)
     Path(path).write_text(json.dumps(data, indent=1))
     return len(data["benchmarks"])

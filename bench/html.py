@@ -13,7 +13,7 @@ import dataclasses
 import html
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,7 @@ import pandas as pd
 
 from bench import collectives, records, report
 from bench import env as benv
+from bench.record import LoadedRecord
 
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
@@ -177,7 +178,7 @@ def _scaling_figure(comp: report.Comparison, style: _Style, figs: _Figures) -> l
     ]
 
 
-def _smooth(values: Sequence[float], window: int) -> np.ndarray:
+def _smooth(values: Sequence[float | str | None], window: int) -> np.ndarray:
     arr = np.asarray(values, dtype=float)
     if window <= 1 or arr.size < window:
         return arr
@@ -185,9 +186,9 @@ def _smooth(values: Sequence[float], window: int) -> np.ndarray:
 
 
 def _curves_figure(
-    frame: pd.DataFrame, by_id: dict[str, dict[str, Any]], style: _Style, figs: _Figures
+    frame: pd.DataFrame, by_id: dict[str, LoadedRecord], style: _Style, figs: _Figures
 ) -> list[str]:
-    ok = frame[(frame["status"] == records.Status.OK) & frame["grad_sync"].astype(bool)]
+    ok = report.synced_ok(frame)
     if ok.empty:
         return []
     # one run per (engine, workers): the lowest seed, so that curves are comparable
@@ -340,7 +341,7 @@ def _head_to_head_figure(comp: report.Comparison, style: _Style, figs: _Figures)
 def _time_to_accuracy_figure(
     frame: pd.DataFrame, target: float, style: _Style, figs: _Figures
 ) -> list[str]:
-    ok = frame[(frame["status"] == records.Status.OK) & frame["grad_sync"].astype(bool)]
+    ok = report.synced_ok(frame)
     if ok.empty:
         return []
     cells = sorted(ok.groupby(["workers", "engine"]), key=lambda kv: kv[0])
@@ -392,7 +393,7 @@ def _time_to_accuracy_figure(
 
 
 def _timeline_figure(
-    frame: pd.DataFrame, by_id: dict[str, dict[str, Any]], style: _Style, figs: _Figures
+    frame: pd.DataFrame, by_id: dict[str, LoadedRecord], style: _Style, figs: _Figures
 ) -> list[str]:
     parts = ("negotiation", "allreduce", "wait")
     rows = []
@@ -459,9 +460,9 @@ def _timeline_figure(
 
 
 def _spread_figure(
-    frame: pd.DataFrame, by_id: dict[str, dict[str, Any]], style: _Style, figs: _Figures
+    frame: pd.DataFrame, by_id: dict[str, LoadedRecord], style: _Style, figs: _Figures
 ) -> list[str]:
-    ok = frame[(frame["status"] == records.Status.OK) & frame["grad_sync"].astype(bool)]
+    ok = report.synced_ok(frame)
     first = ok.sort_values("seed").groupby(["engine", "workers"], sort=True).head(1)
     labels, data, colours = [], [], []
     for _, row in first.sort_values(["workers", "engine"]).iterrows():
@@ -488,7 +489,7 @@ def _spread_figure(
 
 def _plots(
     comp: report.Comparison,
-    recs: list[dict[str, Any]],
+    recs: Sequence[LoadedRecord],
     target: float,
     style: _Style,
     figs: _Figures,
@@ -529,7 +530,7 @@ def _collective_plot(parts: dict[str, pd.DataFrame], style: _Style, figs: _Figur
     return figs.add(fig, "allreduce bus bandwidth by message size")
 
 
-def _header(recs: list[dict[str, Any]], problems: Sequence[records.Problem]) -> str:
+def _header(recs: Sequence[LoadedRecord], problems: Sequence[records.Problem]) -> str:
     envs = [r["env"] for r in recs if r.get("env")]
     machines = sorted({f"{e.get('hostname', '?')}: {benv.machine_key(e)}" for e in envs})
     libs = sorted({json.dumps(e.get("libraries", {}), sort_keys=True) for e in envs})
@@ -550,7 +551,7 @@ def _header(recs: list[dict[str, Any]], problems: Sequence[records.Problem]) -> 
 
 
 def render(
-    recs: list[dict[str, Any]],
+    recs: Sequence[LoadedRecord],
     problems: Sequence[records.Problem] = (),
     target: float = report.DEFAULT_TARGET,
 ) -> str:
@@ -559,7 +560,7 @@ def render(
 
 
 def build(
-    recs: list[dict[str, Any]],
+    recs: Sequence[LoadedRecord],
     problems: Sequence[records.Problem] = (),
     target: float = report.DEFAULT_TARGET,
 ) -> Report:
@@ -573,9 +574,8 @@ def build(
     style = _Style(labels)
     body = ["<h1>Data-parallel training engines compared</h1>", _header(recs, problems)]
     for comp in comps:
-        spec: dict[str, Any] = next(
-            (r.get("spec") or {} for r in recs if r.get("run_id") in comp.run_ids),
-            {},
+        spec: Mapping[str, Any] = next(
+            (r["spec"] for r in recs if r.get("run_id") in comp.run_ids), {}
         )
         body.append(f"<h2>{_esc(comp.title)}</h2>")
         body.append(f"<p><b>machine:</b> {_esc(comp.machine)} | {_esc(comp.libraries)}</p>")

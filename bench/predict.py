@@ -38,13 +38,14 @@ import json
 import math
 import sys
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from bench import records
+from bench.record import LoadedRecord, RunRecord
 
 FILE = "predictions.jsonl"
 RESAMPLES = 400
@@ -72,7 +73,7 @@ def ring_allreduce_s(
     return 2 * (n - 1) / n * grad_bytes / busbw_bps + messages * 2 * (n - 1) * hop_latency_s
 
 
-def fit_collective(results: Sequence[dict[str, Any]], workers: int) -> tuple[float, float]:
+def fit_collective(results: Sequence[Mapping[str, Any]], workers: int) -> tuple[float, float]:
     """(latency s, busbw bytes/s) of time(S) = latency + S x 2(n-1)/n / busbw over sizes.
 
     Least squares on a collective record's per-size median times; one size gives
@@ -305,23 +306,24 @@ def grad_bytes_of(model: str, input_shape: Sequence[int], classes: int = 10) -> 
     return 4.0 * n
 
 
-def _step_times(rec: dict[str, Any]) -> list[float]:
+def _step_times(rec: RunRecord) -> list[float]:
     """Per-window step times of a record (global batch / each window's throughput)."""
     batch = rec.get("global_batch") or 0
     windows = [w for w in rec.get("window_throughput") or [] if w and w > 0]
     if batch and windows:
         return [batch / w for w in windows]
-    if batch and rec.get("throughput"):
-        return [batch / rec["throughput"]]
+    throughput = rec.get("throughput")
+    if batch and throughput:
+        return [batch / throughput]
     return []
 
 
-def _rate(rec: dict[str, Any]) -> int | None:
+def _rate(rec: RunRecord) -> int | None:
     link = rec.get("link")
     return link.get("rate_bps") if isinstance(link, dict) else None
 
 
-def _spec_key(spec: dict[str, Any]) -> str:
+def _spec_key(spec: Mapping[str, Any]) -> str:
     return json.dumps(
         {k: v for k, v in spec.items() if k not in ("seed", "grad_sync")}, sort_keys=True
     )
@@ -378,7 +380,7 @@ class Sample:
 
 
 def samples(
-    recs: Iterable[dict[str, Any]],
+    recs: Iterable[LoadedRecord],
     *,
     engines: Sequence[str] = (),
     models_: Sequence[str] = (),
@@ -391,22 +393,18 @@ def samples(
     compute-only measurement or their collective records are left out, with the
     reason appended to `notes`.
     """
-    from bench.report import _variant
+    from bench.report import _variant, finished
 
     notes = notes if notes is not None else []
     train = [
         r
-        for r in recs
-        if r.get("kind", "train") == "train"
-        and r.get("status") == records.Status.OK
-        and (not engines or r.get("engine") in engines)
+        for r in finished(recs)
+        if (not engines or r.get("engine") in engines)
         and (not models_ or (r.get("spec") or {}).get("model") in models_)
         and (fit_link_bps is None or _rate(r) == fit_link_bps)
     ]
-    colls = [
-        r for r in recs if r.get("kind") == "collective" and r.get("status") == records.Status.OK
-    ]
-    groups: dict[tuple[Any, ...], dict[str, list[dict[str, Any]]]] = defaultdict(
+    colls = finished(recs, "collective")
+    groups: dict[tuple[Any, ...], dict[str, list[LoadedRecord]]] = defaultdict(
         lambda: {"sync": [], "compute": [], "single": []}
     )
     for r in train:
@@ -465,7 +463,7 @@ def samples(
                 spec={**spec, "grad_sync": True},
                 workers=workers,
                 link_rate_bps=rate,
-                per_worker_batch=int(first.get("per_worker_batch") or spec.get("batch_size")),
+                per_worker_batch=int(first.get("per_worker_batch") or spec["batch_size"]),
                 grad_bytes=grad,
                 bucket_bytes=float(spec.get("bucket_mb") or 25.0) * 2**20,
                 sync=[t for r in g["sync"] for t in _step_times(r)],
@@ -493,7 +491,7 @@ def run(
     return out
 
 
-def to_record(p: Prediction, argv: Sequence[str]) -> dict[str, Any]:
+def to_record(p: Prediction, argv: Sequence[str]) -> RunRecord:
     """A record of kind "prediction": compare and the HTML report show it apart."""
     f = p.fit
     rec = records.new_record(
@@ -545,7 +543,7 @@ def _rate_text(bps: Any) -> str:
     return format_rate(bps) if isinstance(bps, (int, float)) and bps else "measured link"
 
 
-def table(recs: Iterable[dict[str, Any]]) -> Any:
+def table(recs: Iterable[RunRecord]) -> Any:
     """Predicted throughput and efficiency, one row per prediction record (a DataFrame)."""
     import pandas as pd
 
@@ -591,7 +589,7 @@ CAPTION = (
 )
 
 
-def render_text(recs: Iterable[dict[str, Any]]) -> str | None:
+def render_text(recs: Iterable[RunRecord]) -> str | None:
     """The predictions table as text, under its caption; None without predictions."""
     df = table(recs)
     if df.empty:
@@ -602,9 +600,7 @@ def render_text(recs: Iterable[dict[str, Any]]) -> str | None:
 # --- checked against runs -------------------------------------------------------------------
 
 
-def check(
-    recs: Sequence[dict[str, Any]], fit_link_bps: int, **filters: Any
-) -> tuple[Any, list[str]]:
+def check(recs: Sequence[LoadedRecord], fit_link_bps: int, **filters: Any) -> tuple[Any, list[str]]:
     """Fit on runs over `fit_link_bps`, predict the same engines and models on every other
     measured link rate, and compare with what was measured there: (a DataFrame, the
     notes on what could not be fitted).

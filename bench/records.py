@@ -20,17 +20,19 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from bench import env as benv
+from bench import record as record_types
 from bench import schema
+from bench.record import Env, Launcher, Link, LoadedRecord, RunRecord, Spec
 
 try:  # reads the summaries cache only: several times faster than json on 40 MB of them
     import orjson as _fastjson
 except ImportError:  # pragma: no cover - a dependency; plain json reads the same file
     _fastjson = None  # type: ignore[assignment]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = record_types.SCHEMA_VERSION  # the version bench/record.py types
 # The measurement protocol a record was taken under (runners/protocol.py: what is timed
 # and how). Bump it when a change makes new numbers incomparable with old ones: resume
 # then reruns cells recorded under another version, and compare keeps them apart.
@@ -142,27 +144,27 @@ class Problem:
 
 @dataclasses.dataclass
 class Loaded:
-    records: list[dict[str, Any]]
+    records: list[LoadedRecord]
     problems: list[Problem]
     # committed reference folders passed over because they were not named (see _files)
     skipped: list[str] = dataclasses.field(default_factory=list)
 
 
 def new_record(
-    spec: dict[str, Any],
+    spec: Spec | dict[str, Any],
     engine: str,
     world_size: int,
     labels: dict[str, Any],
     launcher: dict[str, Any],
     status: str = Status.OK,
     error: str | None = None,
-) -> dict[str, Any]:
+) -> RunRecord:
     """The fields every record has, whoever writes it (a runner or the sweep).
 
     A run over an emulated link (label link_rate_bps, set by `bench run --emulate-link`
     and `bench collectives --emulate-link`) also gets the record's `link`.
     """
-    record = {
+    record: RunRecord = {
         "schema_version": SCHEMA_VERSION,
         "protocol_version": PROTOCOL_VERSION,
         "run_id": uuid.uuid4().hex,
@@ -170,18 +172,18 @@ def new_record(
         "status": status,
         "error": error,
         "engine": engine,
-        "spec": spec,
+        "spec": cast(Spec, spec),
         "world_size": world_size,
         "labels": labels,
         # argv as the launcher saw it, minus environment entries off the allow-list
-        "launcher": benv.scrub_launcher(launcher),
-        "env": benv.environment(),
+        "launcher": cast(Launcher, benv.scrub_launcher(launcher)),
+        "env": cast(Env, benv.environment()),
     }
     rate = labels.get("link_rate_bps")
     if isinstance(rate, int) and not isinstance(rate, bool) and rate > 0:
         from bench.netns import link_record
 
-        record["link"] = link_record(rate)
+        record["link"] = cast(Link, link_record(rate))
     return record
 
 
@@ -212,7 +214,7 @@ def check_writable(results: str | Path) -> Path:
     return target
 
 
-def finite(record: dict[str, Any]) -> dict[str, Any]:
+def finite(record: Mapping[str, Any]) -> Mapping[str, Any]:
     """`record` with every NaN/inf float written as null and its path listed.
 
     JSON has no NaN or infinity, and a record must never be lost for holding one (a
@@ -239,7 +241,7 @@ def finite(record: dict[str, Any]) -> dict[str, Any]:
     return dict(out)
 
 
-def append(results: str | Path, record: dict[str, Any]) -> Path:
+def append(results: str | Path, record: Mapping[str, Any]) -> Path:
     """Append one record atomically (whole line, locked, fsynced); returns the file.
 
     A line that does not fit (disk full, quota) is cut back off, so the file never
@@ -283,7 +285,7 @@ def append(results: str | Path, record: dict[str, Any]) -> Path:
     return target
 
 
-def by_label(path: str | Path, key: str, value: str) -> list[dict[str, Any]]:
+def by_label(path: str | Path, key: str, value: str) -> list[LoadedRecord]:
     """The records in `path` whose labels[key] == value (e.g. one launch's attempt id)."""
     if not Path(path).exists():
         return []
@@ -343,7 +345,7 @@ def migrate(record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-def _parse(path: Path, number: int, raw: bytes) -> dict[str, Any] | Problem:
+def _parse(path: Path, number: int, raw: bytes) -> LoadedRecord | Problem:
     """One line -> a migrated record, or the problem that keeps it out."""
     try:
         record = json.loads(raw.decode("utf-8"))
@@ -370,13 +372,14 @@ def _parse(path: Path, number: int, raw: bytes) -> dict[str, Any] | Problem:
     if problem:
         return Problem(str(path), number, problem)
     record["_source"] = f"{path}:{number}"
-    return record
+    # validated against the schema that bench/record.py types (tests keep them in step)
+    return cast(LoadedRecord, record)
 
 
 def load(paths: Iterable[str | Path]) -> Loaded:
     """Every good record under `paths` (files or directories), plus each problem found."""
     files, problems, skipped = _files(paths)
-    records: list[dict[str, Any]] = []
+    records: list[LoadedRecord] = []
     for path in files:
         try:
             with open(path, "rb") as fh:
@@ -402,7 +405,7 @@ EPOCH_FIELDS = ("epoch", "train_time_s", "test_accuracy", "test_loss", "train_lo
 CACHE_VERSION = 2
 
 
-def summarise(record: dict[str, Any]) -> dict[str, Any]:
+def summarise(record: Mapping[str, Any]) -> dict[str, Any]:
     """The record without its per-step arrays (and launcher argv), plus the step-time
     quantiles the tables use; epochs keep their times, losses and accuracies."""
     out = {k: v for k, v in record.items() if k not in HEAVY_FIELDS}
@@ -465,7 +468,7 @@ def _write_cache(path: Path, cache: dict[str, Any]) -> None:
             tmp.unlink()
 
 
-def _summaries_of(path: Path) -> tuple[list[dict[str, Any]], list[Problem]]:
+def _summaries_of(path: Path) -> tuple[list[LoadedRecord], list[Problem]]:
     """Summaries of one JSON Lines file, from its cache when the file is unchanged.
 
     The cache (.NAME.summaries.json beside the file) is keyed by the file's size and
@@ -524,7 +527,7 @@ def _summaries_of(path: Path) -> tuple[list[dict[str, Any]], list[Problem]]:
     return _from_cache(path, cache)
 
 
-def _from_cache(path: Path, cache: dict[str, Any]) -> tuple[list[dict[str, Any]], list[Problem]]:
+def _from_cache(path: Path, cache: dict[str, Any]) -> tuple[list[LoadedRecord], list[Problem]]:
     recs = []
     for number, summary in cache["entries"]:
         summary["_source"] = f"{path}:{number}"
@@ -539,7 +542,7 @@ def load_summaries(paths: Iterable[str | Path]) -> Loaded:
     summaries, once the cache beside each file exists.
     """
     files, problems, skipped = _files(paths)
-    recs: list[dict[str, Any]] = []
+    recs: list[LoadedRecord] = []
     for path in files:
         try:
             got, bad = _summaries_of(path)

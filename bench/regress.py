@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from bench import report, stats
+from bench.record import LoadedRecord
 
 # metric -> (record column in report.frame, higher is better)
 METRICS: dict[str, tuple[str, bool]] = {
@@ -79,17 +81,19 @@ class RegressionCheck:
         return None
 
 
-def _frame(recs: list[dict[str, Any]]) -> pd.DataFrame:
+def _frame(recs: Sequence[LoadedRecord]) -> pd.DataFrame:
     df = report.frame(recs)
     if df.empty:
         return df
-    df = df[(df["status"] == "ok") & df["grad_sync"].astype(bool)].copy()
+    df = report.synced_ok(df).copy()
     df["step_p50_ms"] = 1e3 * df["step_p50"]
     return df
 
 
 def diff(
-    base: list[dict[str, Any]], new: list[dict[str, Any]], min_effect: float = DEFAULT_MIN_EFFECT
+    base: Sequence[LoadedRecord],
+    new: Sequence[LoadedRecord],
+    min_effect: float = DEFAULT_MIN_EFFECT,
 ) -> pd.DataFrame:
     """One row per cell present in both sets: medians, relative change, significance."""
     b, n = _frame(base), _frame(new)
@@ -134,7 +138,7 @@ def diff(
     return pd.DataFrame(rows)
 
 
-def why_unmatched(base: list[dict[str, Any]], new: list[dict[str, Any]]) -> str:
+def why_unmatched(base: Sequence[LoadedRecord], new: Sequence[LoadedRecord]) -> str:
     """When no cell matched: '; ...' naming the machines if the specs matched on different ones."""
     b, n = _frame(base), _frame(new)
     if b.empty or n.empty:

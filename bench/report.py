@@ -17,7 +17,7 @@ import functools
 import hashlib
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,7 @@ import pandas as pd
 
 from bench import env as benv
 from bench import records, stats
+from bench.record import Epoch, LoadedRecord, RunRecord, Spec
 from bench.spec import GROUP_FIELDS_V1, canonical
 
 # Spec fields that may differ between the runs of one comparison.
@@ -57,7 +58,7 @@ class Comparison:
         return self.sections["throughput"]
 
 
-def group_key(spec: dict[str, Any], *context: str, protocol: int = 1) -> str:
+def group_key(spec: Mapping[str, Any], *context: str, protocol: int = 1) -> str:
     """Short hash of a spec minus its seed, plus `context` (machine, libraries) when given.
 
     The spec is normalised first (`spec.canonical`), so a field added to RunSpec at its
@@ -85,18 +86,43 @@ def _group_key(
     return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
-def libraries_text(libraries: dict[str, Any]) -> str:
+def libraries_text(libraries: Mapping[str, Any]) -> str:
     """'numpy 2.1.0, torch 2.5.1': the versions a comparison's records share."""
     return ", ".join(f"{k} {v}" for k, v in sorted(libraries.items())) or "versions not recorded"
 
 
-def oversubscription(r: dict[str, Any]) -> tuple[bool, str]:
+def _context(r: RunRecord) -> tuple[str, str]:
+    """(machine, library versions as JSON): what one comparison never pools."""
+    env = r.get("env") or {}
+    return benv.machine_key(env), json.dumps(env.get("libraries", {}), sort_keys=True)
+
+
+def comparison_key(r: RunRecord) -> str:
+    """The comparison a record belongs to: its spec minus the seed, on its machine with
+    its library versions, under its measurement protocol (`group_key`)."""
+    return group_key(r.get("spec") or {}, *_context(r), protocol=records.protocol_version(r))
+
+
+def finished(recs: Iterable[LoadedRecord], kind: str = "train") -> list[LoadedRecord]:
+    """The runs of `kind` (a record without one is a training run) that finished with
+    status ok: the runs whose numbers a table or an export measures."""
+    return [
+        r for r in recs if r.get("kind", "train") == kind and r.get("status") == records.Status.OK
+    ]
+
+
+def synced_ok(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of `frame` that finished and averaged gradients (not compute-only twins)."""
+    return df[(df["status"] == records.Status.OK) & df["grad_sync"].astype(bool)]
+
+
+def oversubscription(r: RunRecord) -> tuple[bool, str]:
     """(oversubscribed?, 'W workers x T threads > C CPUs') for a record.
 
     Records written before runners computed it are judged from the machine's CPU
     count (marked 'inferred'); multi-node ones are not judged.
     """
-    budget = r.get("cpu_budget") or {}
+    budget: Mapping[str, Any] = r.get("cpu_budget") or {}
     if "oversubscribed" in r and budget:
         w, t, c = (budget.get(k) for k in ("workers_on_host", "threads_per_worker", "usable_cpus"))
         return bool(r["oversubscribed"]), f"{w} workers x {t} threads > {c} CPUs"
@@ -111,7 +137,7 @@ def oversubscription(r: dict[str, Any]) -> tuple[bool, str]:
     )
 
 
-def _title(spec: dict[str, Any]) -> str:
+def _title(spec: Spec) -> str:
     batch = "per worker" if spec.get("scaling") == "weak" else "global"
     steps = f"{spec.get('epochs')} epochs" + (
         f" (max {spec['max_steps']} steps)" if spec.get("max_steps") else ""
@@ -124,7 +150,7 @@ def _title(spec: dict[str, Any]) -> str:
     )
 
 
-def time_to_target(epochs: list[dict[str, Any]], target: float) -> float | None:
+def time_to_target(epochs: list[Epoch], target: float) -> float | None:
     """Training seconds (slowest rank, evaluation excluded) until test accuracy >= target."""
     elapsed = 0.0
     for e in epochs:
@@ -134,7 +160,7 @@ def time_to_target(epochs: list[dict[str, Any]], target: float) -> float | None:
     return None
 
 
-def _variant(r: dict[str, Any]) -> str:
+def _variant(r: RunRecord) -> str:
     """The engine as compare names it: `horovod[mpi]` for Horovod's MPI controller (the one
     that ran, from knobs), then every other option that changes training, `[key=value]`."""
     options = dict(r.get("engine_options") or {})
@@ -147,7 +173,7 @@ def _variant(r: dict[str, Any]) -> str:
     )
 
 
-def link_suffix(r: dict[str, Any]) -> str:
+def link_suffix(r: RunRecord) -> str:
     """'/200mbit' for a run over an emulated link (its own variant), else ''."""
     link = r.get("link")
     if not isinstance(link, dict) or not isinstance(link.get("rate_bps"), int):
@@ -157,7 +183,7 @@ def link_suffix(r: dict[str, Any]) -> str:
     return "/" + format_rate(link["rate_bps"]) + ("" if link.get("emulated") else " link")
 
 
-def frame(recs: Iterable[dict[str, Any]], target: float = DEFAULT_TARGET) -> pd.DataFrame:
+def frame(recs: Iterable[LoadedRecord], target: float = DEFAULT_TARGET) -> pd.DataFrame:
     """One row per training record with the columns the reports use."""
     rows = []
     for r in recs:
@@ -165,11 +191,10 @@ def frame(recs: Iterable[dict[str, Any]], target: float = DEFAULT_TARGET) -> pd.
             continue
         spec = r.get("spec") or {}
         fps = r.get("fingerprints") or {}
-        env = r.get("env") or {}
         res = r.get("resources") or {}
+        flops: Mapping[str, Any] = r.get("flops_per_sample") or {}
         twin = {**spec, "grad_sync": False}
-        machine = benv.machine_key(env)
-        libraries = json.dumps(env.get("libraries", {}), sort_keys=True)
+        machine, libraries = _context(r)
         oversub, budget = oversubscription(r)
         variant = _variant(r)
         protocol = records.protocol_version(r)
@@ -188,7 +213,7 @@ def frame(recs: Iterable[dict[str, Any]], target: float = DEFAULT_TARGET) -> pd.
                 "dataset": spec.get("dataset"),
                 "seed": spec.get("seed"),
                 "grad_sync": spec.get("grad_sync", True),
-                "group": group_key(spec, machine, libraries, protocol=protocol),
+                "group": comparison_key(r),
                 "twin_group": group_key(twin, machine, libraries, protocol=protocol),
                 # the same spec on any machine (BASE/NEW)
                 "spec_group": group_key(spec, protocol=protocol),
@@ -196,7 +221,7 @@ def frame(recs: Iterable[dict[str, Any]], target: float = DEFAULT_TARGET) -> pd.
                 "throughput": r.get("throughput"),
                 # other processes used the CPUs while it was timed (bench/contention.py)
                 "contended": bool(r.get("contended")),
-                "train_flops": ((r.get("flops_per_sample") or {}).get("train") or np.nan),
+                "train_flops": flops.get("train") or np.nan,
                 "rank_throughput": r.get("per_rank_throughput") or [],
                 # per-run step-time quantiles over every rank's timed steps (from the
                 # record's arrays, or from its summary: records.summarise)
@@ -238,7 +263,7 @@ def _math(knobs: dict[str, Any]) -> str:
 _NOT_FAILED = (records.Status.OK, records.Status.UNAVAILABLE)
 
 
-def _step_quantiles(r: dict[str, Any]) -> dict[str, float]:
+def _step_quantiles(r: LoadedRecord) -> dict[str, float]:
     q = r.get("step_time_quantiles")
     if q is None:
         steps = [t for rank in r.get("step_times_s") or [] for t in rank]
@@ -523,7 +548,7 @@ def _notes(gdf: pd.DataFrame) -> list[str]:
     return notes
 
 
-def compare(recs: list[dict[str, Any]], target: float = DEFAULT_TARGET) -> list[Comparison]:
+def compare(recs: Iterable[LoadedRecord], target: float = DEFAULT_TARGET) -> list[Comparison]:
     """One comparison per distinct synchronised spec (seed aside), sorted by title."""
     df = frame(recs, target)
     if df.empty:

@@ -1,7 +1,8 @@
 """The run record's schema: each known field's type, and which statuses require it.
 
 Plain Python, no framework: `bench.records` validates every record against it on
-load, and a typed record class can later be generated from the same tables.
+load. The static type of a record is `bench/record.py` (`RunRecord`); a test keeps
+the two naming the same fields for the current version, nested objects included.
 Known fields are type-checked wherever they appear; fields not listed here are
 tolerated, so that a new optional field never makes older readers drop records.
 Numbers are finite JSON numbers (never booleans); a loss may also be null or a
@@ -305,6 +306,21 @@ LAUNCHER = Obj(
 )
 
 _TRAIN_OK = ("ok",)
+_FINGERPRINTS = Obj(
+    {
+        "init_weights": STR,
+        "init_weights_ranks_agree": BOOL,
+        "final_weights": STR,
+        "final_weights_ranks_agree": BOOL,
+        "data_order": STR,
+        "data_order_per_rank": ListOf(STR),
+    }
+)
+_GPU_MB = Opt(ListOf(Opt(NUM)))
+_RESOURCES = Obj(
+    {"peak_rss_mb": ListOf(Opt(NUM)), "cpu_utilisation": ListOf(Opt(NUM)), "peak_gpu_mb": _GPU_MB}
+)
+_RESOURCES_OK = Obj({"peak_rss_mb": NUMS, "cpu_utilisation": NUMS, "peak_gpu_mb": Opt(NUMS)})
 
 # Version 1: the layout written before the record gained timestamps and machine info.
 FIELDS_V1: dict[str, Field] = {
@@ -343,30 +359,10 @@ FIELDS_V1: dict[str, Field] = {
             }
         )
     ),
-    "fingerprints": Field(
-        Obj(
-            {
-                "init_weights": STR,
-                "init_weights_ranks_agree": BOOL,
-                "final_weights": STR,
-                "final_weights_ranks_agree": BOOL,
-                "data_order": STR,
-                "data_order_per_rank": ListOf(STR),
-            }
-        )
-    ),
+    "fingerprints": Field(_FINGERPRINTS),
     # A non-finite float is stored as null (records.finite); reports read ok records only,
     # so only those must hold numbers throughout.
-    "resources": Field(
-        Obj(
-            {
-                "peak_rss_mb": ListOf(Opt(NUM)),
-                "cpu_utilisation": ListOf(Opt(NUM)),
-                "peak_gpu_mb": Opt(ListOf(Opt(NUM))),
-            }
-        ),
-        when_ok=Obj({"peak_rss_mb": NUMS, "cpu_utilisation": NUMS, "peak_gpu_mb": Opt(NUMS)}),
-    ),
+    "resources": Field(_RESOURCES, when_ok=_RESOURCES_OK),
     "input_pipeline": Field(
         Obj({"ms_per_step": ListOf(Opt(NUM)), "augmented": BOOL, "vs_step_time": Opt(NUM)}),
         when_ok=Obj({"ms_per_step": NUMS, "augmented": BOOL, "vs_step_time": Opt(NUM)}),
@@ -394,10 +390,103 @@ FIELDS_V2: dict[str, Field] = {
 }
 FIELDS_V2.update(
     {
+        # the spec of a training run (RunSpec), or of a collective run (op and its sizes)
+        "spec": Field(
+            Obj(
+                {
+                    **SPEC.fields,
+                    "allow_tf32": BOOL,
+                    "op": STR,
+                    "dtype": STR,
+                    "sizes": ListOf(COUNT),
+                    "iters": _Int(1),
+                    "warmup": COUNT,
+                }
+            ),
+            ("*",),
+        ),
         "labels": Field(MapOf(LABEL_VALUE)),
         "env": Field(
-            Obj({**ENV.fields, "machine": Field(Obj({"cpu": MapOf(ANY), "cpu_source": STR}))})
+            Obj(
+                {
+                    **ENV.fields,
+                    "git": Field(
+                        Obj(
+                            {
+                                "commit": Opt(STR),
+                                "dirty": Opt(BOOL),
+                                "branch": Opt(STR),
+                                "commit_time": Opt(STR),
+                            }
+                        )
+                    ),
+                    "machine": Field(Obj({"cpu": MapOf(ANY), "cpu_source": STR})),
+                }
+            )
         ),
+        "fingerprints": Field(
+            Obj({**_FINGERPRINTS.fields, "init_optimizer_state_tensors": Field(COUNT)})
+        ),
+        "resources": Field(
+            Obj({**_RESOURCES.fields, "staged_batches_gpu_mb": Field(_GPU_MB)}),
+            when_ok=Obj({**_RESOURCES_OK.fields, "staged_batches_gpu_mb": Field(_GPU_MB)}),
+        ),
+        # the timed windows (runners/protocol.py): seconds per rank, steps, and global
+        # samples/s of each (timed by its slowest rank), and how measuring stopped
+        "window_times_s": Field(ListOf(ListOf(Opt(NUM)))),
+        "window_steps": Field(ListOf(COUNT)),
+        "window_throughput": Field(ListOf(Opt(NUM))),
+        "measurement": Field(
+            Obj(
+                {
+                    "window_steps": _Int(1),
+                    "windows": COUNT,
+                    "step_clock": STR,
+                    "target_ci": NUM,
+                    "cap_s": NUM,
+                    "stopped_by": STR,
+                    "window_median": Opt(NUM),
+                    "window_ci": ListOf(Opt(NUM)),
+                    "ci_half_width": Opt(NUM),
+                    "training_timed_steps": COUNT,
+                    "extra_steps": COUNT,
+                }
+            )
+        ),
+        # what else used the CPUs while each rank was timed (bench/contention.py)
+        "contention": Field(
+            ListOf(
+                Opt(
+                    Obj(
+                        {
+                            "seconds": NUM,
+                            "other_cpu_cores": Opt(NUM),
+                            "own_cpu_cores": Opt(NUM),
+                            "steal_fraction": NUM,
+                            "loadavg_1m": Opt(NUM),
+                            "cpu_count": Opt(_Int(1)),
+                            "contended": BOOL,
+                        }
+                    )
+                )
+            )
+        ),
+        "contended": Field(BOOL),
+        "results": Field(
+            ListOf(
+                Obj(
+                    {
+                        "bytes": COUNT,
+                        "latency_s": NUM,
+                        "latency_p95_s": NUM,
+                        "algbw_gbps": NUM,
+                        "busbw_gbps": NUM,
+                    }
+                )
+            )
+        ),
+        # Horovod's timeline summary when the run wrote one (bench/timeline.py)
+        "timeline": Field(MapOf(ANY)),
         "epochs": Field(ListOf(Obj({**EPOCH.fields, "elapsed_s": Field(Opt(NUM))}))),
         "knobs": Field(Obj({"cycle_time_ms": Opt(NUM)})),
         # the runner's start (entry) and stop (record written), UTC

@@ -38,6 +38,7 @@ from bench import env as benv
 from bench.checks import InputError, check_device, prepare
 from bench.engines import Engine
 from bench.netns import format_rate
+from bench.record import RunRecord
 from bench.spec import CELL_FIELDS_V1, Device, RunSpec, SpecError, canonical
 
 
@@ -572,6 +573,35 @@ def _tail(path: Path, lines: int = 20) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
+def attempt_record(
+    target: Path,
+    attempt: str,
+    status: str,
+    error: str | None,
+    logs: Sequence[Path],
+    failed: Callable[[str, str], RunRecord],
+) -> tuple[RunRecord, bool]:
+    """The record launch `attempt` left in `target`, or a failed one written for it now.
+
+    Every launch leaves exactly one record. The run's own, found by its `attempt`
+    label, comes back with True. Without one, `failed(status, error)` is appended and
+    comes back with False: its status the launcher's (ok becomes failed: a launch that
+    left no record failed whatever its exit code), its error the launcher's followed by
+    the last lines of each of its `logs`.
+    """
+    written = records.by_label(target, "attempt", attempt)
+    if written:
+        return written[-1], True
+    error = error or "no record written"
+    for log in logs:
+        error += f"\n--- last lines of {log} ---\n{_tail(log)}"
+    if status == records.Status.OK:
+        status = records.Status.FAILED
+    rec = failed(status, error)
+    records.append(target, rec)
+    return rec, False
+
+
 def run_launch(argv: list[str], log: Path, timeout: float) -> tuple[str, str | None, float]:
     """Run one launcher command in its own session, output to `log`, within `timeout`.
 
@@ -732,6 +762,25 @@ def cell_log_dir(run_dir: Path, index: int, cell: Cell) -> Path:
     )
 
 
+def _cell_record(
+    cell: Cell,
+    labels: dict[str, Any],
+    argv: list[str] | list[list[str]],
+    status: str,
+    error: str,
+) -> RunRecord:
+    """The record `bench run` writes for a cell whose launch left none of its own."""
+    return records.new_record(
+        cell.spec.to_dict(),
+        cell.engine.value,
+        cell.workers,
+        labels,
+        {"name": "bench run", "argv": argv},
+        status=status,
+        error=error,
+    )
+
+
 def run_cell(
     cell: Cell,
     index: int,
@@ -789,44 +838,26 @@ def run_cell(
         # wrote one just before), so nothing that ran goes unrecorded.
         if not records.by_label(records.results_file(results), "attempt", attempt):
             why = exc.name if isinstance(exc, Interrupted) else "SIGINT (Ctrl-C)"
-            rec = records.new_record(
-                cell.spec.to_dict(),
-                cell.engine.value,
-                cell.workers,
-                labels,
-                {"name": "bench run", "argv": argv},
-                status=records.Status.FAILED,
-                error=f"interrupted by {why} after {time.monotonic() - start:.1f}s; the cell's "
-                "processes were killed; rerun the sweep to run it again",
+            error = (
+                f"interrupted by {why} after {time.monotonic() - start:.1f}s; the cell's "
+                "processes were killed; rerun the sweep to run it again"
             )
-            records.append(results, rec)
+            records.append(results, _cell_record(cell, labels, argv, records.Status.FAILED, error))
         raise
-    written = records.by_label(records.results_file(results), "attempt", attempt)
-    if written:
-        rec = written[-1]
-        if rec["status"] != records.Status.OK:
-            status = rec["status"]
-            error = rec.get("error")
-        elif status != records.Status.OK:
-            # The run finished and recorded; the launcher failed afterwards (teardown).
-            status, error = records.Status.OK, None
-        return CellResult(cell, status, seconds, log_dir, error)
-    error = error or "no record written"
-    for log in logs:
-        error += f"\n--- last lines of {log} ---\n{_tail(log)}"
-    if status == records.Status.OK:
-        status = records.Status.FAILED
-    rec = records.new_record(
-        cell.spec.to_dict(),
-        cell.engine.value,
-        cell.workers,
-        labels,
-        {"name": "bench run", "argv": argv},
-        status=status,
-        error=error,
-    )
-    rec["launch_to_exit_s"] = seconds
-    records.append(results, rec)
+
+    def failed(status: str, error: str) -> RunRecord:
+        rec = _cell_record(cell, labels, argv, status, error)
+        rec["launch_to_exit_s"] = seconds
+        return rec
+
+    rec, own = attempt_record(records.results_file(results), attempt, status, error, logs, failed)
+    if not own:
+        return CellResult(cell, rec["status"], seconds, log_dir, rec.get("error"))
+    if rec["status"] != records.Status.OK:
+        status, error = rec["status"], rec.get("error")
+    elif status != records.Status.OK:
+        # The run finished and recorded; the launcher failed afterwards (teardown).
+        status, error = records.Status.OK, None
     return CellResult(cell, status, seconds, log_dir, error)
 
 

@@ -16,6 +16,7 @@ from bench.checks import InputError
 from bench.engines import Engine
 from bench.launch import COLLECTIVE_SIZES as DEFAULT_SIZES
 from bench.launch import COLLECTIVES_FILE
+from bench.record import CollectiveResult
 from bench.spec import Device, RunSpec, SpecError
 
 
@@ -47,9 +48,9 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def measure(adapter: Any, sizes: Sequence[int], iters: int, warmup: int) -> list[dict[str, Any]]:
+def measure(adapter: Any, sizes: Sequence[int], iters: int, warmup: int) -> list[CollectiveResult]:
     world = adapter.world_size
-    rows = []
+    rows: list[CollectiveResult] = []
     for nbytes in sizes:
         buf = adapter.buffer(nbytes)
         for _ in range(warmup):

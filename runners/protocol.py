@@ -36,7 +36,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -46,7 +46,9 @@ from bench import data as bdata
 from bench import env as benv
 from bench.checks import InputError, check_device, prepare, total_steps
 from bench.engines import Engine
+from bench.record import Epoch, Loss, RunFields, RunRecord
 from bench.spec import SpecError, add_spec_flags, spec_from_args
+from models.base import Weights
 from runners.engines.base import EngineAdapter
 
 EXIT_BAD_INPUT = 2
@@ -393,10 +395,10 @@ def _progress_fields(
     adapter: EngineAdapter,
     spe: int,
     step: int,
-    epochs: list[dict[str, Any]],
-    step_losses: list[float],
+    epochs: list[Epoch],
+    step_losses: list[Loss],
     training_wall_s: float,
-) -> dict[str, Any]:
+) -> RunFields:
     """The record fields of training so far: written by a finished and a diverged run alike."""
     spec, world = adapter.spec, adapter.world_size
     per = spec.per_worker_batch(world)
@@ -415,59 +417,50 @@ def _progress_fields(
     }
 
 
-def train(
-    adapter: EngineAdapter,
-    model: models.ModelDef,
-    dataset: bdata.Dataset,
-    spe: int,
-    record: dict[str, Any],
-    quiet: bool,
-    save: str | None,
-    measure: Measure | None = None,
-) -> None:
-    """The training protocol proper; fills `record` in place (rank 0's copy is written)."""
-    measure = measure or Measure()
-    spec, rank, world = adapter.spec, adapter.rank, adapter.world_size
-    per = spec.per_worker_batch(world)
-    total = total_steps(spec, spe)
+@dataclasses.dataclass
+class _Run:
+    """One rank's training run in progress: its set-up, and what its epochs accumulate."""
 
-    weights = models.init_weights(model, dataset.input_shape, dataset.num_classes, spec.seed)
-    PROGRESS.mark()
-    adapter.build(model, weights, dataset.input_shape, dataset.num_classes)
-    PROGRESS.mark()
-    # Taken once every engine's set-up (broadcasts included) is over: what training starts from.
-    init_fps = _gather_str(adapter, models.weights_fingerprint(adapter.state()))
-    init_opt_state = adapter.optimizer_state_tensors()
-
-    test_idx = bdata.eval_shard(len(dataset.test_y), rank, world)
-    order_hash = hashlib.sha256()
-    timed: list[float] = []  # per-step seconds of the timed windows
-    window_s: list[float] = []  # seconds of each timed window
-    window_n: list[int] = []  # steps in each timed window
-    epochs: list[dict[str, Any]] = []
-    step_losses: list[float] = []
-    step = 0
-    loop_wall = 0.0
-    input_time, input_steps = 0.0, 0
+    adapter: EngineAdapter
+    model: models.ModelDef
+    dataset: bdata.Dataset
+    spe: int
+    total: int  # steps in all
+    measure: Measure
+    init_fps: list[str]  # every rank's initial-weight fingerprint
+    init_opt_state: int
+    test_idx: np.ndarray  # this rank's evaluation shard
+    root: int  # the process tree whose CPU use is this run's (bench/contention.py)
+    wall0: float = dataclasses.field(default_factory=time.perf_counter)
+    cpu0: float = dataclasses.field(default_factory=time.process_time)  # all threads
+    order_hash: Any = dataclasses.field(default_factory=hashlib.sha256)
+    timed: list[float] = dataclasses.field(default_factory=list)  # per-step s, timed windows
+    window_s: list[float] = dataclasses.field(default_factory=list)  # seconds of each window
+    window_n: list[int] = dataclasses.field(default_factory=list)  # steps in each window
+    epochs: list[Epoch] = dataclasses.field(default_factory=list)
+    step_losses: list[Loss] = dataclasses.field(default_factory=list)
+    step: int = 0
+    loop_wall: float = 0.0
+    input_time: float = 0.0
+    input_steps: int = 0
     peak_mb: float | None = None  # training's peak device memory, staged batches excluded
     staged_mb: float | None = None
-    root = contention.run_tree_root()
     busy0: contention.Snapshot | None = None
-    wall0 = time.perf_counter()
-    cpu0 = time.process_time()  # all threads of this process: compute, gloo, horovod's
-    tag = f"[{adapter.engine.value} np={world}]"
 
-    def first_timed() -> None:  # what else uses the CPUs, from the first timed step on
-        nonlocal busy0
-        if busy0 is None:
-            busy0 = contention.snapshot(root)
+    def first_timed(self) -> None:
+        """What else uses the CPUs, from the first timed step on."""
+        if self.busy0 is None:
+            self.busy0 = contention.snapshot(self.root)
 
-    def batches(epoch: int, order: np.ndarray, steps: range, hash_order: bool) -> list[Any]:
+    def batches(self, epoch: int, order: np.ndarray, steps: range, hash_order: bool) -> list[Any]:
+        """This rank's batches for `steps` of an epoch, as the engine's tensors."""
+        adapter, dataset, spec = self.adapter, self.dataset, self.adapter.spec
+        per = spec.per_worker_batch(adapter.world_size)
         out = []
         for s in steps:
-            idx = bdata.shard(order, s, rank, per, world)
+            idx = bdata.shard(order, s, adapter.rank, per, adapter.world_size)
             if hash_order:
-                order_hash.update(idx.astype(np.int64).tobytes())
+                self.order_hash.update(idx.astype(np.int64).tobytes())
             x = (
                 bdata.augment(dataset, idx, spec.seed, epoch)
                 if spec.augment
@@ -476,94 +469,159 @@ def train(
             out.append(adapter.to_batch(x, dataset.train_y[idx]))
         return out
 
-    for epoch in range(spec.epochs):
-        order = bdata.epoch_order(spec.seed, epoch, len(dataset.train_y))
-        # The epoch's batches and learning rates are prepared before its loop, so the
-        # loop does what a hand-written one does: step, and synchronise once a window.
-        n_steps = min(spe, total - step)
-        before_mb = adapter.device_memory_mb()
-        t_in = time.perf_counter()  # the input pipeline: indices, augmentation, tensors
-        plan = list(
-            zip(
-                batches(epoch, order, range(n_steps), hash_order=True),
-                [spec.lr_at(step + s, spe, world, total) for s in range(n_steps)],
-                strict=True,
-            )
-        )
-        input_time += time.perf_counter() - t_in
-        input_steps += n_steps
-        # The staged copies land before the first timed step, and the peak-memory window
-        # covers training only: not the staged epoch (subtracted), not evaluation.
-        adapter.synchronize()
-        after_mb = adapter.device_memory_mb()
-        adapter.reset_peak_device_memory()
-        loop = timed_loop(adapter, plan, step, spec.warmup_steps, measure.window_steps, first_timed)
-        pending, train_time = loop.losses, loop.train_time
-        timed.extend(loop.step_times)
-        window_s.extend(loop.window_s)
-        window_n.extend(loop.window_n)
-        loop_wall += loop.loop_wall
-        step += n_steps
-        epoch_peak = adapter.peak_device_memory_mb()
-        if epoch_peak is not None and before_mb is not None and after_mb is not None:
-            staged_mb = max(staged_mb or 0.0, after_mb - before_mb)
-            peak_mb = max(peak_mb or 0.0, epoch_peak - (after_mb - before_mb))
-        del plan
-        losses = [adapter.loss_value(loss) for loss in pending]
-        # Once per epoch: every rank's step losses and time, and global test metrics.
-        all_losses = adapter.allgather(np.asarray(losses, dtype=np.float64))
-        epoch_step_losses = all_losses.mean(axis=0).tolist()
-        step_losses.extend(epoch_step_losses)
-        slowest = float(adapter.allgather(np.asarray([train_time]))[:, 0].max())
-        loss_sum, correct, count = adapter.evaluate(
-            dataset.test_x[test_idx], dataset.test_y[test_idx]
-        )
-        ev = adapter.allreduce_sum(np.asarray([loss_sum, correct, count], dtype=np.float64))
-        PROGRESS.mark()
-        entry = {
-            "epoch": epoch,
-            "steps": len(losses),
-            "samples_seen": step * per * world,
-            "train_loss": float(np.mean(epoch_step_losses)),
-            "test_loss": float(ev[0] / ev[2]),
-            "test_accuracy": float(ev[1] / ev[2]),
-            "train_time_s": slowest,
-            "elapsed_s": time.perf_counter() - wall0,  # since training began
-            "samples_per_s": len(losses) * per * world / slowest if slowest > 0 else None,
-        }
-        epochs.append(entry)
-        if rank == 0 and not quiet:
-            print(
-                f"{tag} epoch {epoch + 1}/{spec.epochs}  samples {entry['samples_seen']:,}  "
-                f"loss {entry['train_loss']:.4f}  test_acc {entry['test_accuracy']:.2%}  "
-                f"{entry['samples_per_s']:,.0f} samples/s",
-                flush=True,
-            )
-        if not all(map(math.isfinite, [*epoch_step_losses, entry["test_loss"]])):
-            # Every rank holds the same gathered losses, so all stop here together.
-            first = next((i for i, v in enumerate(epoch_step_losses) if not math.isfinite(v)), None)
-            at = step - len(losses) + (len(losses) - 1 if first is None else first)
-            what = "test loss" if first is None else "training loss"
-            value = entry["test_loss"] if first is None else epoch_step_losses[first]
-            wall = time.perf_counter() - wall0
-            record.update(_progress_fields(adapter, spe, step, epochs, step_losses, wall))
-            record["diverged_at_step"] = at
-            raise Diverged(
-                f"{what} became {value} at step {at} (0-based) of {total}; lower --lr "
-                f"(peak {spec.scaled_lr(world):g} at this world size) or add --lr-warmup-epochs"
-            )
-        if step >= total:
-            break
 
+def _start(
+    adapter: EngineAdapter,
+    model: models.ModelDef,
+    dataset: bdata.Dataset,
+    spe: int,
+    measure: Measure,
+) -> _Run:
+    """Build the model from the shared initial weights and fingerprint what training
+    starts from, once every engine's set-up (broadcasts included) is over."""
+    spec = adapter.spec
+    weights = models.init_weights(model, dataset.input_shape, dataset.num_classes, spec.seed)
+    PROGRESS.mark()
+    adapter.build(model, weights, dataset.input_shape, dataset.num_classes)
+    PROGRESS.mark()
+    init_fps = _gather_str(adapter, models.weights_fingerprint(adapter.state()))
+    init_opt_state = adapter.optimizer_state_tensors()
+    test_idx = bdata.eval_shard(len(dataset.test_y), adapter.rank, adapter.world_size)
+    root = contention.run_tree_root()
+    # wall0 and cpu0 start here, as the run's clock
+    return _Run(
+        adapter,
+        model,
+        dataset,
+        spe,
+        total_steps(spec, spe),
+        measure,
+        init_fps,
+        init_opt_state,
+        test_idx,
+        root,
+    )
+
+
+def _epoch(run: _Run, epoch: int) -> tuple[Epoch, list[float]]:
+    """One epoch: its batches prepared, its timed loop, then once every rank's step losses
+    and time and the global test metrics. Returns its entry and the mean step losses."""
+    adapter, dataset, spec = run.adapter, run.dataset, run.adapter.spec
+    world = adapter.world_size
+    per = spec.per_worker_batch(world)
+    order = bdata.epoch_order(spec.seed, epoch, len(dataset.train_y))
+    # The epoch's batches and learning rates are prepared before its loop, so the
+    # loop does what a hand-written one does: step, and synchronise once a window.
+    n_steps = min(run.spe, run.total - run.step)
+    before_mb = adapter.device_memory_mb()
+    t_in = time.perf_counter()  # the input pipeline: indices, augmentation, tensors
+    plan = list(
+        zip(
+            run.batches(epoch, order, range(n_steps), hash_order=True),
+            [spec.lr_at(run.step + s, run.spe, world, run.total) for s in range(n_steps)],
+            strict=True,
+        )
+    )
+    run.input_time += time.perf_counter() - t_in
+    run.input_steps += n_steps
+    # The staged copies land before the first timed step, and the peak-memory window
+    # covers training only: not the staged epoch (subtracted), not evaluation.
+    adapter.synchronize()
+    after_mb = adapter.device_memory_mb()
+    adapter.reset_peak_device_memory()
+    loop = timed_loop(
+        adapter, plan, run.step, spec.warmup_steps, run.measure.window_steps, run.first_timed
+    )
+    run.timed.extend(loop.step_times)
+    run.window_s.extend(loop.window_s)
+    run.window_n.extend(loop.window_n)
+    run.loop_wall += loop.loop_wall
+    run.step += n_steps
+    epoch_peak = adapter.peak_device_memory_mb()
+    if epoch_peak is not None and before_mb is not None and after_mb is not None:
+        run.staged_mb = max(run.staged_mb or 0.0, after_mb - before_mb)
+        run.peak_mb = max(run.peak_mb or 0.0, epoch_peak - (after_mb - before_mb))
+    del plan
+    losses = [adapter.loss_value(loss) for loss in loop.losses]
+    # Once per epoch: every rank's step losses and time, and global test metrics.
+    all_losses = adapter.allgather(np.asarray(losses, dtype=np.float64))
+    epoch_step_losses = all_losses.mean(axis=0).tolist()
+    run.step_losses.extend(epoch_step_losses)
+    slowest = float(adapter.allgather(np.asarray([loop.train_time]))[:, 0].max())
+    loss_sum, correct, count = adapter.evaluate(
+        dataset.test_x[run.test_idx], dataset.test_y[run.test_idx]
+    )
+    ev = adapter.allreduce_sum(np.asarray([loss_sum, correct, count], dtype=np.float64))
+    PROGRESS.mark()
+    entry: Epoch = {
+        "epoch": epoch,
+        "steps": len(losses),
+        "samples_seen": run.step * per * world,
+        "train_loss": float(np.mean(epoch_step_losses)),
+        "test_loss": float(ev[0] / ev[2]),
+        "test_accuracy": float(ev[1] / ev[2]),
+        "train_time_s": slowest,
+        "elapsed_s": time.perf_counter() - run.wall0,  # since training began
+        "samples_per_s": len(losses) * per * world / slowest if slowest > 0 else None,
+    }
+    run.epochs.append(entry)
+    return entry, epoch_step_losses
+
+
+def _check_finite(
+    run: _Run, entry: Epoch, epoch_step_losses: list[float], record: RunRecord
+) -> None:
+    """Raise Diverged, with the record's progress so far, when a loss of the epoch is NaN
+    or infinite. Every rank holds the same gathered losses, so all stop here together."""
+    test_loss = entry["test_loss"]
+    if all(isinstance(v, float) and math.isfinite(v) for v in [*epoch_step_losses, test_loss]):
+        return
+    adapter, spec, steps = run.adapter, run.adapter.spec, entry["steps"]
+    first = next((i for i, v in enumerate(epoch_step_losses) if not math.isfinite(v)), None)
+    at = run.step - steps + (steps - 1 if first is None else first)
+    what = "test loss" if first is None else "training loss"
+    value = test_loss if first is None else epoch_step_losses[first]
+    wall = time.perf_counter() - run.wall0
+    record.update(_progress_fields(adapter, run.spe, run.step, run.epochs, run.step_losses, wall))
+    record["diverged_at_step"] = at
+    raise Diverged(
+        f"{what} became {value} at step {at} (0-based) of {run.total}; lower --lr "
+        f"(peak {spec.scaled_lr(adapter.world_size):g} at this world size) or add "
+        "--lr-warmup-epochs"
+    )
+
+
+@dataclasses.dataclass
+class _Result:
+    """What a finished run gathered from every rank after training, for its record."""
+
+    final_state: Weights  # the trained weights, before any measurement-only step
+    final_fps: list[str]
+    train_wall: float
+    steady: Steady
+    usage: np.ndarray  # [rank, (peak RSS, CPU use, GPU MB, loop wall, input ms, staged MB)]
+    step_times: np.ndarray  # [rank, timed step]
+    order_fps: list[str]
+    hosts: list[str]
+    loads: list[Any]
+
+
+def _finish(run: _Run) -> _Result:
+    """The trained result, then measurement-only windows until throughput is steady
+    (`measure_until_steady`), then what every rank measured, gathered."""
+    adapter, dataset, spec, measure = run.adapter, run.dataset, run.adapter.spec, run.measure
+    world = adapter.world_size
+    per = spec.per_worker_batch(world)
     # The trained result, before any measurement-only steps change the weights.
     final_state = adapter.state()
     final_fps = _gather_str(adapter, models.weights_fingerprint(final_state))
-    train_wall = time.perf_counter() - wall0
+    train_wall = time.perf_counter() - run.wall0
 
     # measurement windows draw the data of the epochs after training, a window at a time
+    spe = run.spe
     extra_epoch, extra_pos = spec.epochs, spe
     extra_order = np.zeros(0, dtype=np.int64)
-    last_lr = spec.lr_at(total - 1, spe, world, total)
+    last_lr = spec.lr_at(run.total - 1, spe, world, run.total)
 
     def next_chunk() -> list[tuple[Any, float]]:
         nonlocal extra_epoch, extra_pos, extra_order
@@ -572,143 +630,188 @@ def train(
             extra_epoch, extra_pos = extra_epoch + 1, 0
         span = range(extra_pos, min(extra_pos + measure.window_steps, spe))
         extra_pos = span.stop
-        return [(b, last_lr) for b in batches(extra_epoch - 1, extra_order, span, False)]
+        return [(b, last_lr) for b in run.batches(extra_epoch - 1, extra_order, span, False)]
 
     steady = measure_until_steady(
-        adapter, measure, per * world, timed, window_s, window_n, next_chunk
+        adapter, measure, per * world, run.timed, run.window_s, run.window_n, next_chunk
     )
-    all_windows, tput, est, half = steady.all_windows, steady.tput, steady.est, steady.half
-    extra, stopped_by = steady.extra, steady.stopped_by
-    busy1 = contention.snapshot(root)
+    busy1 = contention.snapshot(run.root)
 
-    busy = (time.process_time() - cpu0) / max(time.perf_counter() - wall0, 1e-9)
-    gpu_mb = peak_mb
+    busy = (time.process_time() - run.cpu0) / max(time.perf_counter() - run.wall0, 1e-9)
     usage = adapter.allgather(
         np.asarray(
             [
                 peak_rss_mb(),
                 busy,
-                np.nan if gpu_mb is None else gpu_mb,
-                loop_wall,
-                1e3 * input_time / max(input_steps, 1),
-                np.nan if staged_mb is None else staged_mb,
+                np.nan if run.peak_mb is None else run.peak_mb,
+                run.loop_wall,
+                1e3 * run.input_time / max(run.input_steps, 1),
+                np.nan if run.staged_mb is None else run.staged_mb,
             ],
             dtype=np.float64,
         )
     )
-    step_times = adapter.allgather(np.asarray(timed, dtype=np.float64))  # [world, n_timed]
+    step_times = adapter.allgather(np.asarray(run.timed, dtype=np.float64))  # [world, n_timed]
+    order_fps = _gather_str(adapter, run.order_hash.hexdigest()[:16])
+    hosts = _gather_str(adapter, socket.gethostname())
+    loads = _gather_json(adapter, contention.summarise(run.busy0, busy1))
+    adapter.barrier()
+    return _Result(
+        final_state, final_fps, train_wall, steady, usage, step_times, order_fps, hosts, loads
+    )
+
+
+def _finished_fields(run: _Run, result: _Result, record: RunRecord) -> RunFields:
+    """Every field a finished run adds to its record, assembled in one place."""
+    adapter, dataset, spec, measure = run.adapter, run.dataset, run.adapter.spec, run.measure
+    per, world = spec.per_worker_batch(adapter.world_size), adapter.world_size
+    usage, step_times, steady = result.usage, result.step_times, result.steady
+    est = steady.est
     n_timed = step_times.shape[1]
     # every rank's window seconds summed: what its timed steps took, synchronised
-    per_rank_total = all_windows.sum(axis=1)
-    n_train_timed = n_timed - extra
-    order_fps = _gather_str(adapter, order_hash.hexdigest()[:16])
-    hosts = _gather_str(adapter, socket.gethostname())
-    load = contention.summarise(busy0, busy1)
-    loads = _gather_json(adapter, load)
-    adapter.barrier()
-    record.update(adapter.finish(step))
-    # options that change training (not where files go) distinguish runs in compare
-    record["engine_options"] = {k: v for k, v in adapter.options.items() if k != "timeline"}
-
-    record.update(_progress_fields(adapter, spe, step, epochs, step_losses, train_wall))
-    record.update(
-        {
-            # as each framework and OpenMP runtime reports them, read back after training
-            "threads": {
-                **record.get("threads", {}),
-                **adapter.threads(),
-                "openmp": benv.openmp_threads(),
-                "frameworks_loaded": benv.frameworks_loaded(engines.frameworks()),
-            },
-            "hosts": hosts,
-            # Launcher's node count (namespaces share a hostname, so hosts cannot tell).
-            "nodes": world // max(adapter.local_world_size, 1),
-            "timed_steps": n_timed,
-            "dataset": {
-                "name": dataset.name,
-                "train_samples": len(dataset.train_y),
-                "test_samples": len(dataset.test_y),
-                "input_shape": list(dataset.input_shape),
-                "fingerprint": dataset.fingerprint(),
-            },
-            "fingerprints": {
-                "init_weights": init_fps[0],
-                "init_weights_ranks_agree": len(set(init_fps)) == 1,
-                # optimizer state tensors after set-up: 0 unless set-up took a step
-                "init_optimizer_state_tensors": init_opt_state,
-                "final_weights": final_fps[0],
-                "final_weights_ranks_agree": len(set(final_fps)) == 1,
-                # hash of every rank's consumed indices, in rank order
-                "data_order": hashlib.sha256("".join(order_fps).encode()).hexdigest()[:16],
-                "data_order_per_rank": order_fps,
-            },
-            "resources": {
-                "peak_rss_mb": usage[:, 0].tolist(),
-                "cpu_utilisation": usage[:, 1].tolist(),  # CPU-seconds per second, per rank
-                # peak over the training loops (model, optimizer state, activations),
-                # without the epoch's staged batches and evaluation
-                "peak_gpu_mb": None if gpu_mb is None else usage[:, 2].tolist(),
-                "staged_batches_gpu_mb": None if staged_mb is None else usage[:, 5].tolist(),
-            },
-            # Batches are built before each epoch's timed loop; this is what building them
-            # costs per step. Above 1x the step time, a pipeline overlapping the two would
-            # be bound by its input, not by the engine.
-            "input_pipeline": {
-                "ms_per_step": usage[:, 4].tolist(),
-                "augmented": bool(spec.augment and dataset.augments),
-                "vs_step_time": (
-                    float(usage[:, 4].max() / (1e3 * np.median(step_times)))
-                    if step_times.size
-                    else None
-                ),
-            },
-            "step_times_s": step_times.tolist(),
-            "window_times_s": all_windows.tolist(),  # [rank][window], one sync per window
-            "window_steps": window_n,
-            # global samples/s of each window, timed by its slowest rank
-            "window_throughput": tput,
-            "measurement": {
-                "window_steps": measure.window_steps,
-                "windows": len(window_n),
-                "step_clock": adapter.step_timer(0).clock,
-                "target_ci": measure.target_ci,
-                "cap_s": measure.cap_s,
-                # target_ci: the interval got narrow enough; time_cap: it did not in time;
-                # disabled: training's own windows only
-                "stopped_by": stopped_by,
-                "window_median": est.value,
-                "window_ci": [est.low, est.high],
-                "ci_half_width": half,
-                "training_timed_steps": n_train_timed,
-                "extra_steps": extra,  # measurement-only steps after the trained result
-            },
-            # what else used the CPUs while this run was timed, per rank (bench/contention.py)
-            "contention": loads,
-            "contended": any(bool(c and c.get("contended")) for c in loads),
-            "throughput": per * world * n_timed / float(per_rank_total.max()),
-            "per_rank_throughput": (per * n_timed / per_rank_total).tolist(),
-            # the same samples over the timed loop's wall time, so whatever the harness does
-            # between windows counts against it (compared with hand-written loops in
-            # tests/benchmarks/overhead.py)
-            "loop_throughput": (
-                per * world * n_train_timed / float(usage[:, 3].max())
-                if n_train_timed and float(usage[:, 3].max()) > 0
+    per_rank_total = steady.all_windows.sum(axis=1)
+    n_train_timed = n_timed - steady.extra
+    init_fps, final_fps, order_fps = run.init_fps, result.final_fps, result.order_fps
+    flops = run.model.flops
+    # engine extras once training is over (e.g. Horovod's timeline): fields RunRecord names
+    extras = cast(RunFields, adapter.finish(run.step))
+    return {
+        **extras,
+        # options that change training (not where files go) distinguish runs in compare
+        "engine_options": {k: v for k, v in adapter.options.items() if k != "timeline"},
+        **_progress_fields(
+            adapter, run.spe, run.step, run.epochs, run.step_losses, result.train_wall
+        ),
+        # as each framework and OpenMP runtime reports them, read back after training
+        "threads": {
+            **record.get("threads", {}),
+            **adapter.threads(),
+            "openmp": benv.openmp_threads(),
+            "frameworks_loaded": benv.frameworks_loaded(engines.frameworks()),
+        },
+        "hosts": result.hosts,
+        # Launcher's node count (namespaces share a hostname, so hosts cannot tell).
+        "nodes": world // max(adapter.local_world_size, 1),
+        "timed_steps": n_timed,
+        "dataset": {
+            "name": dataset.name,
+            "train_samples": len(dataset.train_y),
+            "test_samples": len(dataset.test_y),
+            "input_shape": list(dataset.input_shape),
+            "fingerprint": dataset.fingerprint(),
+        },
+        "fingerprints": {
+            "init_weights": init_fps[0],
+            "init_weights_ranks_agree": len(set(init_fps)) == 1,
+            # optimizer state tensors after set-up: 0 unless set-up took a step
+            "init_optimizer_state_tensors": run.init_opt_state,
+            "final_weights": final_fps[0],
+            "final_weights_ranks_agree": len(set(final_fps)) == 1,
+            # hash of every rank's consumed indices, in rank order
+            "data_order": hashlib.sha256("".join(order_fps).encode()).hexdigest()[:16],
+            "data_order_per_rank": order_fps,
+        },
+        "resources": {
+            "peak_rss_mb": usage[:, 0].tolist(),
+            "cpu_utilisation": usage[:, 1].tolist(),  # CPU-seconds per second, per rank
+            # peak over the training loops (model, optimizer state, activations),
+            # without the epoch's staged batches and evaluation
+            "peak_gpu_mb": None if run.peak_mb is None else usage[:, 2].tolist(),
+            "staged_batches_gpu_mb": None if run.staged_mb is None else usage[:, 5].tolist(),
+        },
+        # Batches are built before each epoch's timed loop; this is what building them
+        # costs per step. Above 1x the step time, a pipeline overlapping the two would
+        # be bound by its input, not by the engine.
+        "input_pipeline": {
+            "ms_per_step": usage[:, 4].tolist(),
+            "augmented": bool(spec.augment and dataset.augments),
+            "vs_step_time": (
+                float(usage[:, 4].max() / (1e3 * np.median(step_times)))
+                if step_times.size
                 else None
             ),
-            "flops_per_sample": (
-                None
-                if model.flops is None
-                else {
-                    "forward": (f := model.flops(dataset.input_shape, dataset.num_classes)),
-                    "train": 3 * f,
-                }
-            ),
-            "final_accuracy": epochs[-1]["test_accuracy"],
-            "final_loss": epochs[-1]["test_loss"],
-        }
-    )
-    if save and rank == 0:
-        np.savez(save + ".npz", **final_state)  # type: ignore[arg-type]
+        },
+        "step_times_s": step_times.tolist(),
+        "window_times_s": steady.all_windows.tolist(),  # [rank][window], one sync per window
+        "window_steps": run.window_n,
+        # global samples/s of each window, timed by its slowest rank
+        "window_throughput": steady.tput,
+        "measurement": {
+            "window_steps": measure.window_steps,
+            "windows": len(run.window_n),
+            "step_clock": adapter.step_timer(0).clock,
+            "target_ci": measure.target_ci,
+            "cap_s": measure.cap_s,
+            # target_ci: the interval got narrow enough; time_cap: it did not in time;
+            # disabled: training's own windows only
+            "stopped_by": steady.stopped_by,
+            "window_median": est.value,
+            "window_ci": [est.low, est.high],
+            "ci_half_width": steady.half,
+            "training_timed_steps": n_train_timed,
+            "extra_steps": steady.extra,  # measurement-only steps after the trained result
+        },
+        # what else used the CPUs while this run was timed, per rank (bench/contention.py)
+        "contention": result.loads,
+        "contended": any(bool(c and c.get("contended")) for c in result.loads),
+        "throughput": per * world * n_timed / float(per_rank_total.max()),
+        "per_rank_throughput": (per * n_timed / per_rank_total).tolist(),
+        # the same samples over the timed loop's wall time, so whatever the harness does
+        # between windows counts against it (independent_overhead.py --mode launches
+        # compares it with each engine's documented loop)
+        "loop_throughput": (
+            per * world * n_train_timed / float(usage[:, 3].max())
+            if n_train_timed and float(usage[:, 3].max()) > 0
+            else None
+        ),
+        "flops_per_sample": (
+            None
+            if flops is None
+            else {
+                "forward": (f := flops(dataset.input_shape, dataset.num_classes)),
+                "train": 3 * f,
+            }
+        ),
+        "final_accuracy": run.epochs[-1]["test_accuracy"],
+        "final_loss": run.epochs[-1]["test_loss"],
+    }
+
+
+def train(
+    adapter: EngineAdapter,
+    model: models.ModelDef,
+    dataset: bdata.Dataset,
+    spe: int,
+    record: RunRecord,
+    quiet: bool,
+    save: str | None,
+    measure: Measure | None = None,
+) -> None:
+    """The training protocol proper; fills `record` in place (rank 0's copy is written).
+
+    Set-up (`_start`), the epochs (`_epoch`, each a `timed_loop` of `timed_window`s, a
+    diverged loss stopping every rank after its epoch), measurement until steady and
+    the gathered results (`_finish`), then the record's fields (`_finished_fields`).
+    """
+    run = _start(adapter, model, dataset, spe, measure or Measure())
+    spec, world = adapter.spec, adapter.world_size
+    tag = f"[{adapter.engine.value} np={world}]"
+    for epoch in range(spec.epochs):
+        entry, epoch_step_losses = _epoch(run, epoch)
+        if adapter.rank == 0 and not quiet:
+            print(
+                f"{tag} epoch {epoch + 1}/{spec.epochs}  samples {entry['samples_seen']:,}  "
+                f"loss {entry['train_loss']:.4f}  test_acc {entry['test_accuracy']:.2%}  "
+                f"{entry['samples_per_s']:,.0f} samples/s",
+                flush=True,
+            )
+        _check_finite(run, entry, epoch_step_losses, record)
+        if run.step >= run.total:
+            break
+    result = _finish(run)
+    record.update(_finished_fields(run, result, record))
+    if save and adapter.rank == 0:
+        np.savez(save + ".npz", **result.final_state)  # type: ignore[arg-type]
         record["saved"] = {"numpy": save + ".npz", "native": adapter.save_native(save)}
 
 
@@ -762,13 +865,13 @@ def main(engine: Engine, argv: Sequence[str] | None = None) -> int:
         code = EXIT_DIVERGED
     except Exception as exc:
         silent = PROGRESS.silent_for()
-        record["status"] = records.Status.FAILED
-        record["error"] = f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exc(limit=8))
+        error = f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exc(limit=8))
+        record["status"], record["error"] = records.Status.FAILED, error
         if silent >= 0.9 * args.collective_timeout:
             record["status"] = records.Status.TIMEOUT
             record["error"] = (
                 f"no progress for {silent:.0f}s (collective time-out {args.collective_timeout:.0f}s):"
-                f" a peer stopped answering\n" + record["error"]
+                f" a peer stopped answering\n" + error
             )
         print(f"error on rank {adapter.rank}: {type(exc).__name__}: {exc}", file=sys.stderr)
         code = EXIT_FAILED

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -78,7 +78,7 @@ def _run_engine_once(
         argv, capture_output=True, text=True, timeout=timeout, cwd=ROOT, stdin=subprocess.DEVNULL
     )
     recs = (
-        records.load([records.results_file(results)]).records
+        cast(list[dict[str, Any]], records.load([records.results_file(results)]).records)
         if records.results_file(results).exists()
         else []
     )
@@ -106,7 +106,7 @@ def run_direct(
         stdin=subprocess.DEVNULL,
     )
     recs = (
-        records.load([records.results_file(results)]).records
+        cast(list[dict[str, Any]], records.load([records.results_file(results)]).records)
         if records.results_file(results).exists()
         else []
     )

@@ -5,10 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from bench import collectives, records
+from bench.record import LoadedRecord
 from runners.collective_bench import bus_factor
 from tests.conftest import ROOT
 
@@ -20,16 +22,19 @@ def test_bus_bandwidth_factor_is_nccl_tests_allreduce() -> None:
     assert bus_factor(8) == pytest.approx(1.75)
 
 
-def _rec(engine: str, latency: float) -> dict[str, object]:
-    return {
-        "kind": "collective",
-        "status": "ok",
-        "engine": engine,
-        "world_size": 2,
-        "results": [
-            {"bytes": 1 << 20, "latency_s": latency, "busbw_gbps": (1 << 20) / latency / 1e9}
-        ],
-    }
+def _rec(engine: str, latency: float) -> LoadedRecord:
+    return cast(
+        LoadedRecord,
+        {
+            "kind": "collective",
+            "status": "ok",
+            "engine": engine,
+            "world_size": 2,
+            "results": [
+                {"bytes": 1 << 20, "latency_s": latency, "busbw_gbps": (1 << 20) / latency / 1e9}
+            ],
+        },
+    )
 
 
 def test_tables_take_the_median_per_cell() -> None:

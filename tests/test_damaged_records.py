@@ -11,7 +11,7 @@ import copy
 import json
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -90,7 +90,7 @@ WRONG_VALUES: list[Any] = [123, -1, 1.5, "x", "", [1], ["a"], {"a": 1}, None, Tr
 def _full_record() -> dict[str, Any]:
     """A record with every field a runner writes (the first of the committed reference)."""
     path = Path(__file__).parent.parent / "results" / "reference"
-    return records.load([path]).records[0]
+    return cast(dict[str, Any], records.load([path]).records[0])
 
 
 def test_no_wrong_type_of_any_field_crashes_a_report(tmp_path: Path) -> None:

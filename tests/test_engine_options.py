@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
 
 from bench import launch, records, report
 from bench.engines import Engine
+from bench.record import LoadedRecord
 from tests.conftest import ROOT, RUN_TIMEOUT_S, ok_record, run_direct, run_engine
 
 
@@ -43,7 +44,7 @@ def test_horovod_timeline_and_autotune_are_recorded(tmp_path: Path) -> None:
     assert summary["activities_ms"]["NEGOTIATE_ALLREDUCE"] > 0
     assert summary["per_step_ms"]["allreduce"] > 0
     # compare keeps autotuned runs apart from plain runs of the same engine
-    assert report.frame([rec])["engine"].iloc[0] == "horovod[autotune=true]"
+    assert report.frame([cast(LoadedRecord, rec)])["engine"].iloc[0] == "horovod[autotune=true]"
 
 
 @pytest.mark.parametrize(
@@ -138,7 +139,7 @@ def _horovodrun(
         stdin=subprocess.DEVNULL,
     )
     f = records.results_file(results)
-    return proc, records.load([f]).records if f.exists() else []
+    return proc, cast(list[dict[str, Any]], records.load([f]).records) if f.exists() else []
 
 
 @pytest.mark.distributed
@@ -154,7 +155,7 @@ def test_horovodrun_flags_are_read_back_and_recorded(tmp_path: Path) -> None:
     assert knobs["set_by_launcher"] == ["HOROVOD_CYCLE_TIME", "HOROVOD_TIMELINE"]
     # a run with another cycle time is a variant of its own in compare, as with --engine-option
     assert rec["engine_options"] == {"cycle_time_ms": "7.0"}
-    assert report.frame([rec])["engine"].iloc[0] == "horovod[cycle_time_ms=7.0]"
+    assert report.frame([cast(LoadedRecord, rec)])["engine"].iloc[0] == "horovod[cycle_time_ms=7.0]"
     assert rec["timeline"]["path"] == str(timeline) and timeline.is_file()
     assert rec["timeline"]["per_step_ms"]["allreduce"] > 0
 
@@ -193,5 +194,5 @@ def test_runner_records_oversubscription(tmp_path: Path) -> None:
     }
     fits = ok_record(*run_direct(Engine.DDP, [*args, "--threads", "1"], tmp_path / "b"))
     assert fits["oversubscribed"] is False
-    flagged = report.compare([over])[0].sections["throughput"]
+    flagged = report.compare([cast(LoadedRecord, over)])[0].sections["throughput"]
     assert flagged["oversubscribed"].tolist() == ["YES"]

@@ -153,7 +153,7 @@ def test_ctrl_c_stops_the_sweep_keeps_records_and_resumes(tmp_path: Path) -> Non
     recs = records.load([tmp_path]).records
     # the two finished cells, and the interrupted one recorded as such
     assert [r["status"] for r in recs] == ["ok", "ok", "failed"]
-    assert "interrupted by SIGINT" in recs[2]["error"]
+    assert "interrupted by SIGINT" in str(recs[2]["error"])
     # the rerun of the first sweep resumes: everything already recorded
     again = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert again.returncode == 0 and "2 cells (2 already recorded, skipped)" in again.stdout

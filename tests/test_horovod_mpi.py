@@ -13,7 +13,7 @@ import io
 import os
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -21,6 +21,7 @@ import pytest
 
 from bench import engine_options, engines, launch, records, sweep
 from bench.engines import Engine
+from bench.record import RunRecord
 from bench.spec import SpecError
 from tests.conftest import run_bench, run_direct
 
@@ -145,12 +146,11 @@ def test_variant_names_the_controller_that_ran() -> None:
     from bench.report import _variant
 
     rec: dict[str, Any] = {"engine": "horovod", "engine_options": {"controller": "mpi"}}
-    assert _variant({**rec, "knobs": {"controller": "mpi"}}) == "horovod[mpi]"
-    assert _variant({**rec, "engine_options": {}, "knobs": {"controller": "gloo"}}) == "horovod"
-    assert (
-        _variant({**rec, "engine_options": {"adasum": "true"}, "knobs": {"controller": "mpi"}})
-        == "horovod[mpi][adasum=true]"
-    )
+    assert _variant(cast(RunRecord, {**rec, "knobs": {"controller": "mpi"}})) == "horovod[mpi]"
+    gloo = cast(RunRecord, {**rec, "engine_options": {}, "knobs": {"controller": "gloo"}})
+    assert _variant(gloo) == "horovod"
+    mpi = {**rec, "engine_options": {"adasum": "true"}, "knobs": {"controller": "mpi"}}
+    assert _variant(cast(RunRecord, mpi)) == "horovod[mpi][adasum=true]"
 
 
 # --- real 2-worker launches -------------------------------------------------------------
@@ -182,7 +182,7 @@ def _by_variant(results: Path) -> dict[tuple[str, int], dict[str, Any]]:
 
     recs = records.load([results]).records
     assert all(r["status"] == "ok" for r in recs), [r.get("error") for r in recs]
-    return {(_variant(r), r["world_size"]): r for r in recs}
+    return {(_variant(r), r["world_size"]): cast(dict[str, Any], r) for r in recs}
 
 
 @pytest.mark.distributed

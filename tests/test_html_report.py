@@ -9,27 +9,32 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from bench import html, records, report
+from bench.record import LoadedRecord
 from tests.conftest import ROOT
 
 GOLDEN = Path(__file__).parent / "data" / "golden.jsonl"
-COLLECTIVE = {
-    "kind": "collective",
-    "status": "ok",
-    "engine": "ddp",
-    "world_size": 2,
-    "results": [
-        {"bytes": 4096 * 4**i, "latency_s": 1e-4 * 4**i, "busbw_gbps": 0.04 * (i + 1)}
-        for i in range(4)
-    ],
-}
+# not a whole record: what the collectives table reads
+COLLECTIVE = cast(
+    LoadedRecord,
+    {
+        "kind": "collective",
+        "status": "ok",
+        "engine": "ddp",
+        "world_size": 2,
+        "results": [
+            {"bytes": 4096 * 4**i, "latency_s": 1e-4 * 4**i, "busbw_gbps": 0.04 * (i + 1)}
+            for i in range(4)
+        ],
+    },
+)
 
 
-def _rich() -> list[dict[str, Any]]:
+def _rich() -> list[LoadedRecord]:
     """Golden records plus what real runs carry: step losses, samples seen, a Horovod timeline."""
     recs = copy.deepcopy(records.load([GOLDEN]).records)
     for r in recs:
@@ -224,7 +229,7 @@ def test_one_colour_per_engine_and_coinciding_curves_stay_visible(
 
 def test_comparisons_name_their_machine_in_the_page() -> None:
     recs = records.load([GOLDEN]).records
-    other = [{**r, "env": {**r["env"], "cpu": "Other CPU"}} for r in recs]
+    other = [cast(LoadedRecord, {**r, "env": {**r["env"], "cpu": "Other CPU"}}) for r in recs]
     page = html.render(recs + other)
     assert "<b>machine:</b> Golden CPU x2 | torch 2.13.0" in page
     assert "<b>machine:</b> Other CPU x2 | torch 2.13.0" in page

@@ -6,15 +6,16 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from bench import records, report, sweep
+from bench.record import LoadedRecord, Spec
 from bench.spec import RunSpec
 
 GOLDEN = Path(__file__).parent / "data" / "golden.jsonl"
 
 
-def _golden() -> list[dict[str, Any]]:
+def _golden() -> list[LoadedRecord]:
     return records.load([GOLDEN]).records
 
 
@@ -26,7 +27,7 @@ def test_a_spec_field_at_its_default_does_not_split_groups() -> None:
     new = copy.deepcopy(old)
     defaults = RunSpec().to_dict()
     for r in new:
-        r["spec"] = {**defaults, **r["spec"]}
+        r["spec"] = cast(Spec, {**defaults, **r["spec"]})
         r["run_id"] += "-new"
     spec_old, spec_new = old[0]["spec"], new[0]["spec"]
     assert report.group_key(spec_old, "m") == report.group_key(spec_new, "m")

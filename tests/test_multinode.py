@@ -182,7 +182,12 @@ def _assert_same_as_one_host(results: Path, engine: str) -> None:
         assert rec["status"] == "ok" and rec["world_size"] == 2, rec.get("error")
     one, two = by_nodes[1], by_nodes[2]
     # same math and the same reduction order on two ranks: the network changes nothing
-    np.testing.assert_allclose(two["step_losses"], one["step_losses"], rtol=1e-6, err_msg=engine)
+    np.testing.assert_allclose(
+        np.asarray(two["step_losses"], dtype=float),
+        np.asarray(one["step_losses"], dtype=float),
+        rtol=1e-6,
+        err_msg=engine,
+    )
     assert two["fingerprints"]["init_weights"] == one["fingerprints"]["init_weights"]
     assert two["fingerprints"]["data_order"] == one["fingerprints"]["data_order"]
     assert two["labels"]["hosts"].count(":1") == 2

@@ -9,10 +9,12 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from bench import cli, netns, records, report, schema
+from bench.record import RunRecord
 from tests.conftest import run_bench
 
 # --- rates and records (no privileges needed) ------------------------------------------
@@ -58,7 +60,7 @@ def test_a_record_over_an_emulated_link_carries_its_rate() -> None:
     bad = schema.FIELDS_V2["link"].type.check({"rate_bps": "1gbit"}, "link")
     assert bad and "link.rate_bps" in bad
     # compare names the link as part of the variant
-    assert report.link_suffix(rec) == "/200mbit" and report.link_suffix({}) == ""
+    assert report.link_suffix(rec) == "/200mbit" and report.link_suffix(cast(RunRecord, {})) == ""
 
 
 def test_bad_link_options_are_refused_before_anything_starts(

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
 
 from bench import cli, html, predict, report, schema
+from bench.record import LoadedRecord
 
 GRAD = 109386 * 4  # mlp's float32 parameters on 1x28x28 inputs, 10 classes
 ALPHA = 2e-4  # the 2-worker all-reduce latency: two ring steps of 1e-4 s
@@ -19,7 +20,7 @@ SYNC = 0.013  # 3 ms of the step is exposed communication
 
 
 def _train(world: int, step_s: float, *, sync: bool = True, rate: int | None = RATE0,
-           windows: int = 5, spread: float = 0.0) -> dict[str, Any]:  # fmt: skip
+           windows: int = 5, spread: float = 0.0) -> LoadedRecord:  # fmt: skip
     per = 32
     steps = step_s * (1 + spread * np.linspace(-1, 1, windows))
     rec: dict[str, Any] = {
@@ -46,10 +47,10 @@ def _train(world: int, step_s: float, *, sync: bool = True, rate: int | None = R
     }
     if rate:
         rec["link"] = {"rate_bps": rate, "emulated": True, "qdisc": "tbf"}
-    return rec
+    return cast(LoadedRecord, rec)
 
 
-def _collective(rate: int | None = RATE0, busbw: float = BUSBW) -> dict[str, Any]:
+def _collective(rate: int | None = RATE0, busbw: float = BUSBW) -> LoadedRecord:
     sizes = [4096, 2**20, 4 * 2**20]
     rec: dict[str, Any] = {
         "kind": "collective",
@@ -62,10 +63,10 @@ def _collective(rate: int | None = RATE0, busbw: float = BUSBW) -> dict[str, Any
     }
     if rate:
         rec["link"] = {"rate_bps": rate, "emulated": True, "qdisc": "tbf"}
-    return rec
+    return cast(LoadedRecord, rec)
 
 
-def _measured(**kw: Any) -> list[dict[str, Any]]:
+def _measured(**kw: Any) -> list[LoadedRecord]:
     return [_train(2, SYNC, **kw), _train(2, COMPUTE, sync=False, **kw), _collective()]
 
 
@@ -166,10 +167,11 @@ def test_predictions_are_records_kept_out_of_measured_tables() -> None:
     for rec in recs:
         assert schema.validate(rec) is None, schema.validate(rec)
         assert rec["kind"] == "prediction" and "throughput" not in rec
-    assert report.frame(recs).empty  # no measured table reads them
-    text = cli.render_compare(cli.records.Loaded(recs, [], []), "text", 0.95)
+    loaded = cast(list[LoadedRecord], recs)  # as bench compare reads them back
+    assert report.frame(loaded).empty  # no measured table reads them
+    text = cli.render_compare(cli.records.Loaded(loaded, [], []), "text", 0.95)
     assert text and "MODEL PREDICTIONS, not measurements" in text and "25gbit" in text
-    page = html.build(recs).html
+    page = html.build(loaded).html
     assert "Model predictions (not measurements)" in page
 
 

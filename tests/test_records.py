@@ -1,13 +1,18 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
+import typing
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bench import records
+from bench import record as record_types
+from bench import records, schema
+from bench.record import LoadedRecord, RunRecord, Spec
+from bench.spec import RunSpec
 
 
 def _rec(i: int, **extra: Any) -> dict[str, Any]:
@@ -93,3 +98,49 @@ def test_results_path_that_is_a_file(tmp_path: Path) -> None:
 def test_missing_path_is_a_problem_not_a_crash(tmp_path: Path) -> None:
     loaded = records.load([tmp_path / "nope"])
     assert loaded.records == [] and "no such file" in loaded.problems[0].message
+
+
+def _typed_dict(annotation: Any) -> Any:
+    """The TypedDict inside an annotation (X, X | None, list[X], list[X | None]), or None."""
+    for arg in (annotation, *typing.get_args(annotation)):
+        if typing.is_typeddict(arg):
+            return arg
+        if typing.get_origin(arg) is list:
+            found = _typed_dict(typing.get_args(arg)[0])
+            if found is not None:
+                return found
+    return None
+
+
+def _obj(kind: schema.Type) -> schema.Obj | None:
+    """The object type inside a schema type (Obj, Opt(Obj), ListOf(Obj)...), or None."""
+    while isinstance(kind, schema.Opt | schema.ListOf):
+        kind = kind.inner if isinstance(kind, schema.Opt) else kind.item
+    return kind if isinstance(kind, schema.Obj) else None
+
+
+def _drift(td: Any, fields: dict[str, schema.Field], path: str) -> list[str]:
+    """Where a TypedDict and a schema object name different fields, recursively."""
+    hints = typing.get_type_hints(td)
+    out = [f"{path}{k}: typed only" for k in sorted(set(hints) - set(fields))]
+    out += [f"{path}{k}: in the schema only" for k in sorted(set(fields) - set(hints))]
+    for key in sorted(set(hints) & set(fields)):
+        inner, obj = _typed_dict(hints[key]), _obj(fields[key].type)
+        if inner is not None and obj is not None:
+            out += _drift(inner, obj.fields, f"{path}{key}.")
+    return out
+
+
+def test_the_record_type_names_the_schemas_fields() -> None:
+    # RunRecord (what the type checker holds every reader and writer to) and the schema
+    # (what load validates) describe one record: a field added to one is added to both.
+    assert record_types.SCHEMA_VERSION == records.SCHEMA_VERSION
+    assert _drift(RunRecord, schema.SCHEMAS[records.SCHEMA_VERSION], "") == []
+    # LoadedRecord adds only what load attaches, none of it a stored field
+    added = set(typing.get_type_hints(LoadedRecord)) - set(typing.get_type_hints(RunRecord))
+    assert added == {"_source", "_summary", "step_time_quantiles"}
+    assert added.isdisjoint(schema.SCHEMAS[records.SCHEMA_VERSION])
+    required = {k for k, f in schema.SCHEMAS[records.SCHEMA_VERSION].items() if "*" in f.required}
+    assert RunRecord.__required_keys__ == required
+    # a training record's spec is RunSpec.to_dict(): every field of it is typed
+    assert {f.name for f in dataclasses.fields(RunSpec)} <= set(typing.get_type_hints(Spec))

@@ -7,32 +7,33 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from bench import records, regress
+from bench.record import LoadedRecord
 from tests.conftest import ROOT
 
 GOLDEN = Path(__file__).parent / "data" / "golden.jsonl"
 
 
-def _golden() -> list[dict[str, Any]]:
+def _golden() -> list[LoadedRecord]:
     return records.load([GOLDEN]).records
 
 
 def _scaled(
-    recs: list[dict[str, Any]], throughput: float = 1.0, step: float = 1.0
-) -> list[dict[str, Any]]:
+    recs: list[LoadedRecord], throughput: float = 1.0, step: float = 1.0
+) -> list[LoadedRecord]:
     out = copy.deepcopy(recs)
     for r in out:
-        if r.get("throughput"):
-            r["throughput"] *= throughput
+        tp = r.get("throughput")
+        if tp:
+            r["throughput"] = tp * throughput
         r["step_times_s"] = [[t * step for t in rank] for rank in r.get("step_times_s", [])]
     return out
 
 
-def _write(path: Path, recs: list[dict[str, Any]]) -> Path:
+def _write(path: Path, recs: list[LoadedRecord]) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     for r in recs:
         records.append(path, {k: v for k, v in r.items() if k != "_source"})

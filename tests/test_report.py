@@ -6,11 +6,13 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import pandas as pd
 import pytest
 
 from bench import records, report
+from bench.record import LoadedRecord
 
 GOLDEN = Path(__file__).parent / "data" / "golden.jsonl"
 
@@ -179,8 +181,11 @@ def _bench_compare(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_different_machines_and_versions_are_never_pooled() -> None:
     golden = records.load([GOLDEN]).records
-    other_cpu = [{**r, "env": {**r["env"], "cpu": "Other CPU"}} for r in golden]
-    other_lib = [{**r, "env": {**r["env"], "libraries": {"torch": "9.9"}}} for r in golden]
+    other_cpu = [cast(LoadedRecord, {**r, "env": {**r["env"], "cpu": "Other CPU"}}) for r in golden]
+    other_lib = [
+        cast(LoadedRecord, {**r, "env": {**r["env"], "libraries": {"torch": "9.9"}}})
+        for r in golden
+    ]
     comps = report.compare(golden + other_cpu + other_lib)
     assert len(comps) == 3  # one per machine and library versions, each with its own medians
     assert sorted((c.machine, c.libraries) for c in comps) == [
@@ -237,7 +242,7 @@ def test_oversubscribed_runs_are_flagged_in_every_table() -> None:
     )
     # records from before the field existed are judged from the machine's CPU count
     old = records.load([GOLDEN]).records[0]
-    assert report.oversubscription({**old, "world_size": 4}) == (
+    assert report.oversubscription(cast(LoadedRecord, {**old, "world_size": 4})) == (
         True,
         "4 workers x 1 threads > 2 CPUs (inferred)",
     )

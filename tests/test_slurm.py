@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import psutil
@@ -65,7 +65,7 @@ def _in_allocation(
 
 
 def _records(results: Path) -> list[dict[str, Any]]:
-    return records.load([results]).records
+    return cast(list[dict[str, Any]], records.load([results]).records)
 
 
 # --- without a cluster ---------------------------------------------------------------

@@ -7,7 +7,7 @@ be equal bit for bit.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 import numpy as np
 import pytest
@@ -16,6 +16,7 @@ import models
 from bench import data as bdata
 from bench.checks import prepare, total_steps
 from bench.engines import Engine
+from bench.record import RunRecord
 from bench.spec import RunSpec
 from runners import protocol
 from runners.engines.base import EngineAdapter
@@ -55,9 +56,9 @@ def _per_step_loop(adapter: EngineAdapter, spec: RunSpec) -> tuple[list[float], 
     return out, models.weights_fingerprint(adapter.state())
 
 
-def _protocol(adapter: EngineAdapter, spec: RunSpec, measure: protocol.Measure) -> dict[str, Any]:
+def _protocol(adapter: EngineAdapter, spec: RunSpec, measure: protocol.Measure) -> RunRecord:
     model, dataset, spe = prepare(spec, 1)
-    record: dict[str, Any] = {}
+    record = cast(RunRecord, {})  # train fills in what a run adds to new_record's fields
     protocol.train(adapter, model, dataset, spe, record, True, None, measure)
     return record
 

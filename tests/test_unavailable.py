@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from bench import records
+from bench.record import LoadedRecord
 from tests.conftest import ROOT, quick_measure
 
 HIDE = """
@@ -51,8 +52,8 @@ def _bench(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _by_engine(results: Path) -> dict[str, list[dict[str, object]]]:
-    out: dict[str, list[dict[str, object]]] = {}
+def _by_engine(results: Path) -> dict[str, list[LoadedRecord]]:
+    out: dict[str, list[LoadedRecord]] = {}
     for r in records.load([records.results_file(results)]).records:
         out.setdefault(str(r["engine"]), []).append(r)
     return out

@@ -105,7 +105,7 @@ def many_records(tmp_path_factory: pytest.TempPathFactory) -> Path:
             r.pop("_source", None)
             r["run_id"] = f"r{i}"
             r["spec"]["seed"] = i % 50
-            r["throughput"] *= float(rng.uniform(0.9, 1.1))
+            r["throughput"] = float(r["throughput"] or 0) * float(rng.uniform(0.9, 1.1))
             fh.write(json.dumps(r) + "\n")
     return path
 
