@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 
+from bench.core.errors import InputError
 from models.base import ModelDef, init_weights, weights_fingerprint
 
 # name -> module defining MODEL: a ModelDef. A model module holds only metadata
@@ -26,9 +27,8 @@ _MODULES = {
 }
 
 
-class UnknownModelError(KeyError):
-    def __str__(self) -> str:  # KeyError quotes its message; this one reads as a sentence
-        return str(self.args[0])
+class UnknownModelError(InputError):
+    """A model name that is not registered; the message lists the ones that are."""
 
 
 def names() -> list[str]:

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from bench import streams
-from bench.streams import Stream
+from bench.core import streams
+from bench.core.streams import Stream
 
 Weights = dict[str, np.ndarray]
 Shape = tuple[int, ...]

@@ -214,6 +214,20 @@ def _build_torch(depth: int) -> Any:
     return build
 
 
+def _paddle_parts(bn_momentum: float, bn_eps: float) -> tuple[Any, Any]:
+    """Paddle's convolution (no bias, "same" padding) and BatchNorm makers."""
+    from paddle import nn
+
+    def conv(c: Conv) -> Any:
+        return nn.Conv2D(c.cin, c.cout, c.k, c.stride, c.k // 2, bias_attr=False)
+
+    def bn(n: int) -> Any:
+        # paddle keeps momentum x old + (1 - momentum) x new: the complement of torch's
+        return nn.BatchNorm2D(n, momentum=1.0 - bn_momentum, epsilon=bn_eps)
+
+    return conv, bn
+
+
 def _build_paddle(depth: int) -> Any:
     def build(
         input_shape: Shape, classes: int, bn_momentum: float = 0.1, bn_eps: float = 1e-5
@@ -222,13 +236,7 @@ def _build_paddle(depth: int) -> Any:
         from paddle import nn
 
         stem, blocks, feats = _layers(depth)
-
-        def conv(c: Conv) -> Any:
-            return nn.Conv2D(c.cin, c.cout, c.k, c.stride, c.k // 2, bias_attr=False)
-
-        def bn(n: int) -> Any:
-            # paddle keeps momentum x old + (1 - momentum) x new: the complement of torch's
-            return nn.BatchNorm2D(n, momentum=1.0 - bn_momentum, epsilon=bn_eps)
+        conv, bn = _paddle_parts(bn_momentum, bn_eps)
 
         class PaddleBlock(nn.Layer):
             def __init__(self, b: Block) -> None:

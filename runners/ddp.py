@@ -16,7 +16,7 @@ from runners._bootstrap import ensure_venv
 ensure_venv()
 
 from bench.engines import Engine  # noqa: E402
-from runners.protocol import main  # noqa: E402
+from runners.protocol.main import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main(Engine.DDP))

@@ -120,7 +120,7 @@ fi
 workers=1
 if [ "$gpus" -gt 1 ]; then workers="1,$gpus"; fi
 raw="$out/raw"  # packed into records-logs.tar.gz at the end
-bench=("$py" -m bench.cli)
+bench=("$py" -m bench)
 # One worker per GPU, one CPU thread each; the same spec for every engine. Engines
 # are named only when the user named them: absent ones then fail the check.
 common=(--workers "$workers" --device cuda --threads 1 --no-comm-cost --timeout 150
@@ -134,7 +134,7 @@ sweeps=("${resnet[*]} --precision fp32" "${resnet[*]} --precision bf16" "${lenet
 deselect=() not_run=()
 engines_here=$("$py" - "${BENCH_ENGINES:-horovod,ddp,paddle}" <<'EOF'
 import sys
-from bench.spec import Engine
+from bench.engines import Engine
 from bench.sweep import engine_unavailable
 names = [n.strip() for n in sys.argv[1].split(",")]
 known = [e.value for e in Engine]

@@ -38,13 +38,13 @@ read -r -a rates <<<"$RATES"
 for rate in "${rates[@]}"; do
     echo "== $rate: training cells (2 workers across the namespaces, compute-only twins too)"
     # resnet18 reads the synthetic dataset (its default); the others their own
-    "$py" -m bench.cli run --emulate-link "$rate" --workers 2 --engines "$ENGINES" \
+    "$py" -m bench run --emulate-link "$rate" --workers 2 --engines "$ENGINES" \
         --models "$MODELS" --repeats "$REPEATS" --max-steps "$MAX_STEPS" --epochs 1 \
         --results "$RESULTS" --no-compare || echo "WARNING: some $rate cells did not finish ok" >&2
     echo "== $rate: all-reduce latency and bus bandwidth"
-    "$py" -m bench.cli collectives --emulate-link "$rate" --workers 2 --engines "$ENGINES" \
+    "$py" -m bench collectives --emulate-link "$rate" --workers 2 --engines "$ENGINES" \
         --sizes "$SIZES" --iters "$ITERS" --results "$RESULTS" ||
         echo "WARNING: some $rate collectives did not finish ok" >&2
 done
 echo "== the model fitted on ${rates[0]}, checked on the other rates"
-exec "$py" -m bench.cli predict "$RESULTS" --fit-link "${rates[0]}" --check
+exec "$py" -m bench predict "$RESULTS" --fit-link "${rates[0]}" --check

@@ -12,7 +12,7 @@ from typing import Any, cast
 
 import pytest
 
-from bench import engines, launch, records
+from bench import engines, records
 from bench.engines import Engine
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,7 +68,7 @@ def _run_engine_once(
     engine: Engine, nproc: int, args: list[str], results: Path, timeout: float
 ) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
     before = _count(results)
-    argv = launch.launch_argv(
+    argv = engines.local_argv(
         engine,
         nproc,
         [*_measure_args(args), "--results", str(results), "--quiet"],
@@ -125,7 +125,7 @@ def run_bench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[s
     """`bench ARGS...` from the repository root, output captured, no standard input;
     `bench run` without extra timed windows (quick_measure)."""
     return subprocess.run(
-        [sys.executable, "-m", "bench.cli", *quick_measure(args)],
+        [sys.executable, "-m", "bench", *quick_measure(args)],
         capture_output=True,
         text=True,
         timeout=timeout,

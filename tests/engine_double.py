@@ -19,7 +19,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 from bench import engines
 from bench.engines import Engine
-from runners.engines.torch_engines import DDPAdapter
+from runners.adapters.torch_engines import DDPAdapter
 
 NAME = "twin"
 
@@ -47,6 +47,6 @@ def register() -> Engine:
 
 if __name__ == "__main__":
     engine = register()
-    from runners.protocol import main
+    from runners.protocol.main import main
 
     sys.exit(main(engine))

@@ -6,6 +6,6 @@ its shaping) lives in bench/netns.py, where `bench run --emulate-link` uses it t
 
 from __future__ import annotations
 
-from bench.netns import IFACE, TwoHosts, available, sshd_path, two_hosts
+from bench.launch.netns import IFACE, TwoHosts, available, sshd_path, two_hosts
 
 __all__ = ["IFACE", "TwoHosts", "available", "sshd_path", "two_hosts"]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import env as benv
 from bench import records
+from bench.core import machine as benv
 from bench.engines import Engine
 from tests.conftest import ROOT, run_bench, run_direct, run_engine
 
@@ -160,9 +160,9 @@ def test_horovod_without_nccl_is_refused_on_cuda(monkeypatch: pytest.MonkeyPatch
     nor an NCCL build); the refusal itself is the adapter's real code."""
     import types
 
-    from bench.checks import InputError
-    from bench.spec import Device, RunSpec
-    from runners.engines.torch_engines import HorovodAdapter
+    from bench.contract.spec import Device, RunSpec
+    from bench.core.errors import InputError
+    from runners.adapters.torch_engines import HorovodAdapter
 
     fake = types.ModuleType("horovod.torch")
     fake.gloo_built = lambda: True  # type: ignore[attr-defined]

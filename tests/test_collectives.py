@@ -9,9 +9,11 @@ from typing import cast
 
 import pytest
 
-from bench import collectives, records
-from bench.record import LoadedRecord
-from runners.collective_bench import bus_factor
+from bench import records
+from bench.analysis import busbw
+from bench.records.types import LoadedRecord
+from bench.sweep import allreduce as collectives
+from runners.protocol.allreduce import bus_factor
 from tests.conftest import ROOT
 
 
@@ -38,7 +40,7 @@ def _rec(engine: str, latency: float) -> LoadedRecord:
 
 
 def test_tables_take_the_median_per_cell() -> None:
-    parts = collectives.tables(
+    parts = busbw.tables(
         [_rec("ddp", 1e-3), _rec("ddp", 2e-3), _rec("ddp", 3e-3), _rec("paddle", 1e-3)]
     )
     lat = parts["latency us"]
@@ -53,7 +55,7 @@ def test_real_allreduce_benchmark_for_every_engine(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "bench.cli",
+            "bench",
             "collectives",
             "--workers",
             "2",
@@ -86,7 +88,7 @@ def test_real_allreduce_benchmark_for_every_engine(tmp_path: Path) -> None:
 
 def _collectives(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "bench.cli", "collectives", *args],
+        [sys.executable, "-m", "bench", "collectives", *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -130,7 +132,7 @@ def test_dry_run_and_defaults(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 4 and "# 4 cells" in proc.stderr
-    assert all("runners/collectives.py" in ln and "--device auto" in ln for ln in lines)
+    assert all("runners/allreduce.py" in ln and "--device auto" in ln for ln in lines)
     assert "--sizes 4096,16384,65536,262144,1048576,4194304,16777216,67108864" in lines[0]
     assert not (tmp_path / "r").exists()
     help_text = _collectives("--help").stdout

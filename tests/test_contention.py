@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import contention
-from bench.contention import Snapshot
 from bench.engines import Engine
+from bench.measure import contention
+from bench.measure.contention import Snapshot
 from tests.conftest import ok_record, run_direct
 
 

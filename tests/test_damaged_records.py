@@ -15,7 +15,11 @@ from typing import Any, cast
 
 import pytest
 
-from bench import cli, export, html, records, report, schema
+from bench import cli, records
+from bench.analysis import compare as report
+from bench.analysis import export, html, render
+from bench.analysis import frame as runs
+from bench.records import schema
 
 DATA = Path(__file__).parent / "data"
 DAMAGED = DATA / "damaged.jsonl"
@@ -56,7 +60,7 @@ def test_compare_shows_the_good_and_reports_the_bad(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], alone: bool, fmt: str
 ) -> None:
     paths = [str(DAMAGED)] + ([] if alone else [str(_good_folder(tmp_path))])
-    assert cli.main(["compare", *paths, "--tables", "--format", fmt]) == 0
+    assert cli.main(["compare", *paths, "--format", fmt]) == 0
     out, err = capsys.readouterr()
     assert "lenet" in out  # the damaged file's own good comparison
     if not alone:
@@ -121,10 +125,10 @@ def test_no_wrong_type_of_any_field_crashes_a_report(tmp_path: Path) -> None:
     comps = report.compare(loaded.records)
     assert comps
     for comp in comps:
-        report.render_text(comp)
+        render.render_text(comp)
     export.to_pytest_benchmark(loaded.records)
     for fmt in ("markdown", "csv", "json"):
-        assert cli.render_compare(loaded, fmt, report.DEFAULT_TARGET)
+        assert render.render(loaded, fmt, runs.DEFAULT_TARGET)
     # The HTML report draws 4 figures per comparison (0.2 s each). What an accepted
     # spec, version or thread value changes is the group, not what is drawn: those
     # mutants make some 40 more comparisons of valid records, so they are left out here.

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench import data
+from bench.contract import data
 
 
 def test_digits_split_is_fixed_by_seed() -> None:
@@ -190,8 +190,9 @@ def test_sonnets_corpus_as_next_character_pairs() -> None:
 
 
 def test_models_and_datasets_of_the_wrong_kind_are_refused() -> None:
-    from bench.checks import InputError, prepare
-    from bench.spec import RunSpec
+    from bench.contract.prepare import prepare
+    from bench.contract.spec import RunSpec
+    from bench.core.errors import InputError
 
     with pytest.raises(InputError, match="model 'mlp' reads images/feature vectors; models"):
         prepare(RunSpec(model="mlp", dataset="sonnets"), 1)
@@ -226,7 +227,7 @@ def test_digits_load_where_scikit_learn_is_absent(tmp_path: Path) -> None:
         "sys.meta_path.insert(0, _Absent())\n"
     )
     root = Path(__file__).resolve().parent.parent
-    code = "from bench import data; d = data.load_dataset('digits', seed=0, test_fraction=0.2); print(len(d.train_y) + len(d.test_y))"
+    code = "from bench.contract import data; d = data.load_dataset('digits', seed=0, test_fraction=0.2); print(len(d.train_y) + len(d.test_y))"
     proc = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
@@ -240,8 +241,9 @@ def test_digits_load_where_scikit_learn_is_absent(tmp_path: Path) -> None:
 
 
 def test_a_loader_missing_its_package_is_one_clear_refusal(monkeypatch: pytest.MonkeyPatch) -> None:
-    from bench.checks import InputError, prepare
-    from bench.spec import RunSpec
+    from bench.contract.prepare import prepare
+    from bench.contract.spec import RunSpec
+    from bench.core.errors import InputError
 
     def needs_a_package(**_: object) -> data.Dataset:
         raise ModuleNotFoundError("No module named 'absentpkg'", name="absentpkg")

@@ -9,9 +9,11 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
-from bench import launch, records, report
+from bench import engines, records
+from bench.analysis import compare as report
+from bench.analysis import frame as runs
 from bench.engines import Engine
-from bench.record import LoadedRecord
+from bench.records.types import LoadedRecord
 from tests.conftest import ROOT, RUN_TIMEOUT_S, ok_record, run_direct, run_engine
 
 
@@ -44,7 +46,7 @@ def test_horovod_timeline_and_autotune_are_recorded(tmp_path: Path) -> None:
     assert summary["activities_ms"]["NEGOTIATE_ALLREDUCE"] > 0
     assert summary["per_step_ms"]["allreduce"] > 0
     # compare keeps autotuned runs apart from plain runs of the same engine
-    assert report.frame([cast(LoadedRecord, rec)])["engine"].iloc[0] == "horovod[autotune=true]"
+    assert runs.frame([cast(LoadedRecord, rec)])["engine"].iloc[0] == "horovod[autotune=true]"
 
 
 @pytest.mark.parametrize(
@@ -128,7 +130,7 @@ def _horovodrun(
     flags: list[str], args: list[str], results: Path, nproc: int = 2
 ) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
     """horovodrun with its own `flags` (e.g. --cycle-time-ms) ahead of the runner."""
-    argv = launch.launch_argv(Engine.HOROVOD, nproc, [*args, "--results", str(results), "--quiet"])
+    argv = engines.local_argv(Engine.HOROVOD, nproc, [*args, "--results", str(results), "--quiet"])
     at = argv.index("--gloo") + 1
     proc = subprocess.run(
         [*argv[:at], *flags, *argv[at:]],
@@ -155,7 +157,7 @@ def test_horovodrun_flags_are_read_back_and_recorded(tmp_path: Path) -> None:
     assert knobs["set_by_launcher"] == ["HOROVOD_CYCLE_TIME", "HOROVOD_TIMELINE"]
     # a run with another cycle time is a variant of its own in compare, as with --engine-option
     assert rec["engine_options"] == {"cycle_time_ms": "7.0"}
-    assert report.frame([cast(LoadedRecord, rec)])["engine"].iloc[0] == "horovod[cycle_time_ms=7.0]"
+    assert runs.frame([cast(LoadedRecord, rec)])["engine"].iloc[0] == "horovod[cycle_time_ms=7.0]"
     assert rec["timeline"]["path"] == str(timeline) and timeline.is_file()
     assert rec["timeline"]["per_step_ms"]["allreduce"] > 0
 
@@ -181,7 +183,7 @@ def test_horovodrun_fusion_threshold_must_agree_with_bucket_mb(tmp_path: Path) -
 
 def test_runner_records_oversubscription(tmp_path: Path) -> None:
     """One worker with more threads than usable CPUs is marked, with the numbers."""
-    from bench import env as benv
+    from bench.core import machine as benv
 
     cpus = benv.usable_cpus()
     args = ["--model", "mlp", "--max-steps", "5", "--warmup-steps", "1"]

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from bench import cli, engines, launch, records, report
+from bench import cli, engines, records
+from bench.analysis import frame as runs
 from bench.engines import Engine
+from bench.launch import cluster as launch
 from tests import engine_double
 from tests.conftest import NO_EXTRA_WINDOWS
 
@@ -36,12 +38,12 @@ def test_built_in_engines_come_from_the_registry() -> None:
 def test_one_builder_per_engine_single_node_is_a_one_host_cluster() -> None:
     """Single- and multi-node commands come from the same builder, so they cannot drift:
     Paddle's --max_restart 0 (a failed worker fails the run) was multi-node only."""
-    single = launch.launch_argv(Engine.PADDLE, 2, ["--x"])
+    single = engines.local_argv(Engine.PADDLE, 2, ["--x"])
     cluster = launch.Cluster(launch.parse_hosts("n1:1,n2:1"))
-    multi = launch.multinode_launch(Engine.PADDLE, cluster, 2, ["--x"])
+    multi = engines.build_launch(Engine.PADDLE, cluster, 2, ["--x"])
     assert "--max_restart 0" in " ".join(single)
     assert all("--max_restart 0" in " ".join(n.command) for n in multi)
-    ddp = launch.launch_argv(Engine.DDP, 2, ["--x"])
+    ddp = engines.local_argv(Engine.DDP, 2, ["--x"])
     assert "--standalone --nnodes 1 --nproc-per-node 2" in " ".join(ddp)
 
 
@@ -82,4 +84,4 @@ def test_fourth_engine_runs_a_real_cell(twin: Engine, tmp_path: Path) -> None:
     (rec,) = records.load([records.results_file(tmp_path)]).records
     assert rec["status"] == "ok" and rec["engine"] == "twin"
     assert rec["launcher"]["name"] == "torchrun"
-    assert report.frame([rec])["engine"].iloc[0] == "twin"
+    assert runs.frame([rec])["engine"].iloc[0] == "twin"

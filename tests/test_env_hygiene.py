@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from bench import cli, records
-from bench import env as benv
+from bench.contract.spec import RunSpec
+from bench.core import allowlist
 from bench.engines import Engine
-from bench.spec import RunSpec
 from bench.sweep import SweepConfig, run_sweep
 
 TINY = RunSpec(model="mlp", max_steps=12, warmup_steps=2, epochs=1)
@@ -25,22 +25,22 @@ def test_argv_keeps_only_allowed_environment_entries() -> None:
         "env HOROVOD_RANK=0 MY_API_TOKEN=abc123secret OMP_NUM_THREADS=1 HOME=/root "
         "_=/usr/bin/bench /venv/bin/python runners/hvd.py --label attempt=1 --label X_KEY=v",
     ]
-    cmd = benv.scrub_argv(horovod)[2]
+    cmd = allowlist.scrub_argv(horovod)[2]
     assert "abc123secret" not in cmd and "MY_API_TOKEN" not in cmd and "HOME" not in cmd
     assert cmd.startswith("env HOROVOD_RANK=0 OMP_NUM_THREADS=1 /venv/bin/python runners/hvd.py")
     assert "attempt=1" in cmd and "X_KEY=<redacted>" in cmd
-    assert benv.scrub_argv(["env", "NCCL_DEBUG=INFO", "AWS_SECRET=x", "python", "a.py"]) == [
+    assert allowlist.scrub_argv(["env", "NCCL_DEBUG=INFO", "AWS_SECRET=x", "python", "a.py"]) == [
         "env",
         "NCCL_DEBUG=INFO",
         "python",
         "a.py",
     ]
     # an allowed prefix does not let a secret-named variable through
-    assert benv.scrub_argv(["env", "HOROVOD_TOKEN=x", "p"]) == ["env", "p"]
-    assert benv.scrub_shell("cd /r && exec env GLOO_SOCKET_IFNAME=lo PASSWORD=pw p") == (
+    assert allowlist.scrub_argv(["env", "HOROVOD_TOKEN=x", "p"]) == ["env", "p"]
+    assert allowlist.scrub_shell("cd /r && exec env GLOO_SOCKET_IFNAME=lo PASSWORD=pw p") == (
         "cd /r && exec env GLOO_SOCKET_IFNAME=lo p"
     )
-    assert "pw" not in benv.scrub_shell("env 'PASSWORD=pw p")  # unbalanced quotes
+    assert "pw" not in allowlist.scrub_shell("env 'PASSWORD=pw p")  # unbalanced quotes
 
 
 def test_paddle_environment_dumps_are_scrubbed(tmp_path: Path) -> None:
@@ -49,7 +49,7 @@ def test_paddle_environment_dumps_are_scrubbed(tmp_path: Path) -> None:
     (tmp_path / "backup_env.0.json").write_text(json.dumps(env))
     (tmp_path / "default.abc.log").write_text(f"environ({env!r})\nstarted\n")
     (tmp_path / "workerlog.0").write_text("crash dump: tok-123456\n")
-    changed = benv.scrub_log_dir(tmp_path, environ=env)
+    changed = allowlist.scrub_log_dir(tmp_path, environ=env)
     assert len(changed) == 4
     for path in tmp_path.iterdir():
         text = path.read_text()
@@ -99,7 +99,7 @@ def test_a_secret_in_the_environment_reaches_no_record_log_or_report(
         "paddle.distributed.launch",
     }
     for r in recs:  # schema 2's timing, machine and numbers, from real runners
-        assert r["schema_version"] == 2
+        assert r["schema_version"] == records.SCHEMA_VERSION
         assert r["run_start"] < r["run_stop"]
         assert 0 < (r["training_wall_s"] or 0) < (r["launch_to_stop_s"] or 0)
         assert r["labels"]["repeat"] == 0 and isinstance(r["labels"]["launched_at"], float)

@@ -6,21 +6,22 @@ with no process of the cell left behind, and the sweep must go on.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
 from bench import records
+from bench.contract.spec import RunSpec
 from bench.engines import Engine
-from bench.spec import RunSpec
 from bench.sweep import SweepConfig, plan, run_cell
 from tests.conftest import ROOT
 
@@ -29,8 +30,6 @@ pytestmark = pytest.mark.distributed
 ENGINES = [Engine.HOROVOD, Engine.DDP, Engine.PADDLE]
 # Long enough to be caught mid-run (each run takes ~minutes if left alone).
 LONG = RunSpec(model="mlp", epochs=400, warmup_steps=2)
-# The variable each launcher uses to tell a worker its rank.
-RANK_VAR = {Engine.HOROVOD: "HOROVOD_RANK", Engine.DDP: "RANK", Engine.PADDLE: "PADDLE_TRAINER_ID"}
 
 
 def _procs_with(marker: str) -> list[psutil.Process]:
@@ -44,20 +43,18 @@ def _procs_with(marker: str) -> list[psutil.Process]:
     return found
 
 
-def _worker(marker: str, engine: Engine, rank: int, deadline: float) -> psutil.Process:
-    """The worker process of `rank`, once it has had a few seconds to start training."""
-    while time.monotonic() < deadline:
-        for p in _procs_with(marker):
-            try:
-                if p.environ().get(RANK_VAR[engine]) == str(rank) and "runners/" in " ".join(
-                    p.cmdline()
-                ):
-                    time.sleep(4)  # past start-up, into the training loop
-                    return p
-            except psutil.Error:
-                continue
+def _wait_for(cond: Callable[[], bool], seconds: float, what: str) -> None:
+    """Until `cond()` holds: waiting on the event itself, never on the clock alone."""
+    deadline = time.monotonic() + seconds
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {seconds:.0f}s")
         time.sleep(0.2)
-    raise AssertionError(f"no rank {rank} worker of {engine.value} appeared")
+
+
+# The fault each signal stands for, injected by rank 1 itself at its step 3 (runners/
+# protocol/faults.py): inside the training loop for certain, however fast the machine.
+FAULTS = {signal.SIGKILL: "kill:rank=1,step=3", signal.SIGSTOP: "stall:rank=1,step=3"}
 
 
 def _inject(
@@ -68,25 +65,42 @@ def _inject(
     cell = plan(cfg, LONG)[0]
     # the marker rides in the log dir path, which is on every worker's command line
     run_dir = tmp_path / f"runs-{marker}"
-    injected: list[str] = []
-
-    def inject() -> None:
-        victim = _worker(marker, engine, 1, time.monotonic() + 120)
-        victim.send_signal(sig)
-        injected.append(str(victim.pid))
-
-    t = threading.Thread(target=inject, daemon=True)
-    t.start()
     start = time.monotonic()
-    res = run_cell(cell, 1, tmp_path / "res", run_dir, timeout, "env", "sweep")
+    with _environ(BENCH_TEST_FAULT=FAULTS[sig]):
+        res = run_cell(cell, 1, tmp_path / "res", run_dir, timeout, "env", "sweep")
     elapsed = time.monotonic() - start
-    t.join(timeout=5)
-    assert injected, "the fault was never injected"
-    time.sleep(1)
+    logs = "".join(f.read_text(errors="replace") for f in run_dir.rglob("*") if f.is_file())
+    assert f"rank 1 injects {FAULTS[sig].split(':')[0]}" in logs, "the fault never happened"
     assert _procs_with(marker) == [], "processes of the cell outlived it"
     rec = records.load([tmp_path / "res"]).records[-1]
     assert rec["status"] == res.status
     return res.status, elapsed, rec.get("error") or ""
+
+
+def _cell_procs(*markers: str) -> list[psutil.Process]:
+    """Processes whose command line holds every marker."""
+    found = []
+    for p in _procs_with(markers[0]):
+        try:
+            if all(m in " ".join(p.cmdline()) for m in markers):
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+@contextlib.contextmanager
+def _environ(**values: str) -> Iterator[None]:
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @pytest.mark.parametrize("engine", ENGINES, ids=lambda e: e.value)
@@ -111,7 +125,7 @@ def test_ctrl_c_stops_the_sweep_keeps_records_and_resumes(tmp_path: Path) -> Non
         return [
             sys.executable,
             "-m",
-            "bench.cli",
+            "bench",
             "run",
             "--engines",
             "ddp",
@@ -137,18 +151,14 @@ def test_ctrl_c_stops_the_sweep_keeps_records_and_resumes(tmp_path: Path) -> Non
     proc = subprocess.Popen(
         long_args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
     )
-    deadline = time.monotonic() + 120
-    # two cells of the first sweep, then the interrupted sweep's first cell
-    while (
-        time.monotonic() < deadline and len(list((tmp_path / "runs").glob("*/*/launcher.log"))) < 3
-    ):
-        time.sleep(0.2)
-    time.sleep(4)
+    # the interrupted sweep's first cell: its worker running (started or training, a
+    # cell interrupted either way is recorded so)
+    cell = [str(tmp_path), "runners/ddp.py"]
+    _wait_for(lambda: bool(_cell_procs(*cell)), 120, "the interrupted sweep's worker")
     os.kill(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, out + err
     assert "rerun to resume" in err
-    time.sleep(1)
     assert _procs_with(str(tmp_path)) == [], "workers outlived the interrupted sweep"
     recs = records.load([tmp_path]).records
     # the two finished cells, and the interrupted one recorded as such

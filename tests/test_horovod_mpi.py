@@ -19,13 +19,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench import engine_options, engines, launch, records, sweep
-from bench.engines import Engine
-from bench.record import RunRecord
-from bench.spec import SpecError
+from bench import engines, records, sweep
+from bench.contract.spec import SpecError
+from bench.core.errors import SweepError
+from bench.engines import Engine, horovod
+from bench.records.types import RunRecord
+from bench.sweep import cells
 from tests.conftest import run_bench, run_direct
 
-BUILT = launch.horovod_controllers()
+BUILT = horovod.built_controllers()
 needs_mpi = pytest.mark.skipif(
     "mpi" not in BUILT,
     reason="Horovod built without MPI: apt-get install libopenmpi-dev openmpi-bin, then "
@@ -53,7 +55,7 @@ def _bench(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]
     ],
 )
 def test_controller_follows_the_options(options: dict[str, str], controller: str) -> None:
-    assert engine_options.horovod_controller(options) == controller
+    assert horovod.controller(options) == controller
 
 
 @pytest.mark.parametrize(
@@ -69,8 +71,8 @@ def test_bad_controller_options_are_refused(options: dict[str, str], message: st
 
 
 def test_launch_argv_picks_the_controller() -> None:
-    gloo = launch.launch_argv(Engine.HOROVOD, 2, ["--x"])
-    mpi = launch.launch_argv(Engine.HOROVOD, 2, ["--x"], controller="mpi")
+    gloo = engines.local_argv(Engine.HOROVOD, 2, ["--x"])
+    mpi = engines.local_argv(Engine.HOROVOD, 2, ["--x"], options={"controller": "mpi"})
     assert "--gloo" in gloo and "--mpi" not in gloo and gloo[0].endswith("horovodrun")
     assert "--mpi" in mpi and "--gloo" not in mpi
     # OpenMPI refuses root unless told; the variables are set only where needed
@@ -94,12 +96,12 @@ def _fake_horovod(tmp_path: Path, controllers: str) -> str:
 @pytest.mark.parametrize("option", ["horovod:controller=mpi", "horovod:adasum=true"])
 def test_mpi_refused_before_launch_on_a_gloo_only_build(tmp_path: Path, option: str) -> None:
     python = _fake_horovod(tmp_path, "Gloo")
-    assert launch.horovod_controllers(python) == {"gloo"}
+    assert horovod.built_controllers(python) == {"gloo"}
     config = sweep.SweepConfig(engines=(Engine.HOROVOD,), engine_options=(option,)).validate()
-    with pytest.raises(sweep.SweepError, match="needs Horovod built with MPI; this Horovod has "):
-        sweep.check_launches(config, [Engine.HOROVOD], python)
+    with pytest.raises(SweepError, match="needs Horovod built with MPI; this Horovod has "):
+        cells.check_launches(config, [Engine.HOROVOD], python)
     # a Gloo sweep on the same build is fine
-    sweep.check_launches(sweep.SweepConfig(engines=(Engine.HOROVOD,)), [Engine.HOROVOD], python)
+    cells.check_launches(sweep.SweepConfig(engines=(Engine.HOROVOD,)), [Engine.HOROVOD], python)
 
 
 def test_mpi_refused_for_multinode_runs() -> None:
@@ -109,8 +111,8 @@ def test_mpi_refused_for_multinode_runs() -> None:
         engine_options=("horovod:controller=mpi",),
         hosts="a:1,b:1",
     ).validate()
-    with pytest.raises(sweep.SweepError, match="runs on one host only here"):
-        sweep.check_launches(config, [Engine.HOROVOD])
+    with pytest.raises(SweepError, match="runs on one host only here"):
+        cells.check_launches(config, [Engine.HOROVOD])
 
 
 def test_adasum_with_gloo_controller_is_refused_by_the_runner(tmp_path: Path) -> None:
@@ -143,7 +145,7 @@ def test_gloo_only_build_refuses_mpi_before_launch(tmp_path: Path) -> None:
 
 
 def test_variant_names_the_controller_that_ran() -> None:
-    from bench.report import _variant
+    from bench.analysis.frame import variant as _variant
 
     rec: dict[str, Any] = {"engine": "horovod", "engine_options": {"controller": "mpi"}}
     assert _variant(cast(RunRecord, {**rec, "knobs": {"controller": "mpi"}})) == "horovod[mpi]"
@@ -178,7 +180,7 @@ def mpi_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _by_variant(results: Path) -> dict[tuple[str, int], dict[str, Any]]:
-    from bench.report import _variant
+    from bench.analysis.frame import variant as _variant
 
     recs = records.load([results]).records
     assert all(r["status"] == "ok" for r in recs), [r.get("error") for r in recs]
@@ -242,7 +244,7 @@ def test_adasum_trains_over_mpi_next_to_averaging(mpi_results: Path) -> None:
 
 
 def test_compare_reports_the_loss_trajectory() -> None:
-    from bench.report import _loss_trajectory
+    from bench.analysis.compare import _loss_trajectory
 
     runs = pd.Series([[2.0, 1.0, 0.5, 0.25], [4.0, 3.0, 1.5, 0.75]])
     assert _loss_trajectory(runs) == "3 / 1 / 0.5"  # mean at steps 0, 2 and 3

@@ -13,8 +13,10 @@ from typing import Any, cast
 
 import pytest
 
-from bench import html, records, report
-from bench.record import LoadedRecord
+from bench import engines, records
+from bench.analysis import compare as report
+from bench.analysis import html
+from bench.records.types import LoadedRecord
 from tests.conftest import ROOT
 
 GOLDEN = Path(__file__).parent / "data" / "golden.jsonl"
@@ -32,6 +34,10 @@ COLLECTIVE = cast(
         ],
     },
 )
+
+
+# each engine's own colour, from its registry entry
+OWN = {e.value: engines.get(e).colour for e in engines.Engine}
 
 
 def _rich() -> list[LoadedRecord]:
@@ -54,7 +60,7 @@ def _report(tmp_path: Path) -> Path:
         [
             sys.executable,
             "-m",
-            "bench.cli",
+            "bench",
             "compare",
             str(GOLDEN),
             "--format",
@@ -217,9 +223,9 @@ def test_one_colour_per_engine_and_coinciding_curves_stay_visible(
         for ax in axes:
             for label, colour, _, _ in ax["lines"]:
                 engine = label.split(" ")[0]
-                if engine in html.ENGINE_COLOURS:
+                if engine in OWN:
                     colours.setdefault(engine, set()).add(to_hex(colour))
-    assert colours == {e: {c} for e, c in html.ENGINE_COLOURS.items() if e in colours}
+    assert colours == {e: {c} for e, c in OWN.items() if e in colours}
     assert set(colours) == {"ddp", "horovod"}
     # the golden losses are identical for every engine: they must differ in dash and marker
     loss_np1 = _one(drawn, "training loss against samples seen")[0]["lines"]

@@ -22,11 +22,15 @@ import numpy as np
 import pytest
 
 import models
-from bench import data, env, launch, records, report
+from bench import engines, records
+from bench.analysis import compare as report
+from bench.analysis import frame as runs
+from bench.contract import data
+from bench.contract.spec import Optimizer, RunSpec, SpecError
+from bench.core import machine as env
 from bench.engines import Engine
-from bench.spec import Optimizer, RunSpec, SpecError
-from runners.engines.base import EngineAdapter
-from runners.protocol import _load_adapter
+from runners.adapters.base import EngineAdapter
+from runners.protocol.common import load_adapter
 from tests.conftest import ROOT, RUN_TIMEOUT_S, ok_record, run_engine
 
 TORCH_ENGINES = (Engine.HOROVOD, Engine.DDP)
@@ -52,7 +56,7 @@ def test_horovod_starts_where_ddp_starts(optimizer: str, weight_decay: str, tmp_
 
 
 def _probe(engine: Engine, out: Path) -> list[dict[str, Any]]:
-    argv = launch.launch_argv(
+    argv = engines.local_argv(
         engine, 2, ["--engine", engine.value, "--out", str(out)], script=PROBE
     )
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=ROOT,
@@ -89,7 +93,7 @@ def adapter(request: pytest.FixtureRequest) -> Iterator[EngineAdapter]:
     """One in-process adapter per engine at world size 1, lenet on digits, batch 16."""
     env.set_thread_env(1)
     spec = RunSpec.from_dict({"model": "lenet", "batch_size": 16, "threads": 1, "device": "cpu"})
-    adapter = _load_adapter(Engine(request.param))(spec)
+    adapter = load_adapter(Engine(request.param))(spec)
     adapter.init()
     ds = data.load_digits(seed=0, test_fraction=0.2)
     model = models.get("lenet")
@@ -123,7 +127,7 @@ def test_evaluation_runs_in_training_sized_batches(adapter: EngineAdapter) -> No
 def test_fp32_maths_set_and_recorded(adapter: EngineAdapter) -> None:
     """True fp32 unless allow_tf32: TF32 and cuDNN modes set explicitly, read back into knobs."""
     math = adapter.knobs()["math"]
-    assert {k: math[k] for k in report.MATH_KEYS} == {k: False for k in report.MATH_KEYS}
+    assert {k: math[k] for k in runs.MATH_KEYS} == {k: False for k in runs.MATH_KEYS}
     if adapter.engine is not Engine.PADDLE:  # torch's own read-back of what was set
         assert math["native"]["cuda.matmul.fp32_precision"] == "ieee"
         assert math["native"]["cudnn.conv.fp32_precision"] == "ieee"  # torch's default: tf32
@@ -138,7 +142,7 @@ def test_allow_tf32_is_refused_on_cpu() -> None:
 def test_compare_shows_fp32_maths(tmp_path: Path) -> None:
     golden = records.load([Path(__file__).parent / "data" / "golden.jsonl"]).records
     ok = [r for r in golden if r["status"] == "ok"]
-    math = {k: False for k in report.MATH_KEYS}
+    math = {k: False for k in runs.MATH_KEYS}
     for r in ok:
         r["knobs"] = {**(r.get("knobs") or {}), "math": {**math, "nvidia_tf32_override": None}}
     text = "\n".join(report.compare(ok)[0].notes)

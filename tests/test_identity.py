@@ -8,9 +8,13 @@ import json
 from pathlib import Path
 from typing import cast
 
-from bench import records, report, sweep
-from bench.record import LoadedRecord, Spec
-from bench.spec import RunSpec
+from bench import records, sweep
+from bench.analysis import compare as report
+from bench.analysis import frame as runs
+from bench.analysis import regress
+from bench.contract.spec import RunSpec
+from bench.measure.window import PROTOCOL_VERSION
+from bench.records.types import LoadedRecord, Spec
 
 GOLDEN = Path(__file__).parent / "data" / "golden.jsonl"
 
@@ -30,11 +34,11 @@ def test_a_spec_field_at_its_default_does_not_split_groups() -> None:
         r["spec"] = cast(Spec, {**defaults, **r["spec"]})
         r["run_id"] += "-new"
     spec_old, spec_new = old[0]["spec"], new[0]["spec"]
-    assert report.group_key(spec_old, "m") == report.group_key(spec_new, "m")
+    assert runs.group_key(spec_old, "m") == runs.group_key(spec_new, "m")
     assert len(report.compare(old)) == len(report.compare(old + new)) == 1
     # a field away from its default still makes its own group
     other = {**spec_new, "allow_tf32": True}
-    assert report.group_key(other, "m") != report.group_key(spec_new, "m")
+    assert runs.group_key(other, "m") != runs.group_key(spec_new, "m")
 
 
 def test_another_protocol_version_is_its_own_comparison() -> None:
@@ -46,7 +50,7 @@ def test_another_protocol_version_is_its_own_comparison() -> None:
     assert records.protocol_version(old[0]) == 1
     comps = report.compare(old + new)
     assert len(comps) == 2 and len({c.group for c in comps}) == 2
-    frame = report.frame(old + new)
+    frame = runs.frame(old + new)
     synced = frame[frame["grad_sync"].astype(bool)]
     assert synced["spec_group"].nunique() == 2  # BASE/NEW never pairs two protocols
 
@@ -56,12 +60,40 @@ def test_resume_reruns_cells_of_another_protocol(tmp_path: Path) -> None:
     rec.pop("_source", None)
     rec["labels"] = {"cell": "abc"}
     path = tmp_path / "runs.jsonl"
-    path.write_text(json.dumps(rec) + "\n" + json.dumps({**rec, "protocol_version": 2}) + "\n")
+    now, other = PROTOCOL_VERSION, PROTOCOL_VERSION + 1
+    both = [{**rec, "protocol_version": now}, {**rec, "protocol_version": other}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in both))
     assert sweep.completed_cells(tmp_path) == {"abc"}
-    path.write_text(json.dumps({**rec, "protocol_version": 2}) + "\n")
+    path.write_text(json.dumps({**rec, "protocol_version": other}) + "\n")
+    assert sweep.completed_cells(tmp_path) == set()
+    path.write_text(json.dumps({**rec, "protocol_version": 1}) + "\n")  # each step alone
     assert sweep.completed_cells(tmp_path) == set()
 
 
 def test_records_carry_the_protocol_version() -> None:
     rec = records.new_record({}, "ddp", 1, {}, {"name": "none"})
-    assert rec["protocol_version"] == records.PROTOCOL_VERSION
+    assert rec["protocol_version"] == PROTOCOL_VERSION
+
+
+def test_compare_says_why_runs_of_another_protocol_are_apart() -> None:
+    old = _golden()  # no window fields: each step timed alone (protocol 1)
+    new = copy.deepcopy(old)
+    for r in new:
+        r["protocol_version"] = PROTOCOL_VERSION
+        r["run_id"] += "-new"
+    comps = report.compare(old + new)
+    assert len(comps) == 2
+    for c in comps:
+        (note,) = [n for n in c.notes if n.startswith("apart: ")]
+        assert "never compared" in note and "protocol 1" in note
+
+
+def test_base_new_never_pairs_two_protocols_and_says_so() -> None:
+    old = _golden()
+    new = copy.deepcopy(old)
+    for r in new:
+        r["protocol_version"] = PROTOCOL_VERSION
+    assert regress.diff(old, new).empty  # no cell pairs a protocol-1 run with a windowed one
+    why = regress.why_unmatched(old, new)
+    assert f"protocol 1 in BASE and {PROTOCOL_VERSION} in NEW" in why
+    assert "rerun BASE" in why

@@ -25,10 +25,10 @@ SNIPPETS = {
     "bench compare": f"from bench import cli\ncli.main(['compare', {str(GOLDEN)!r}])",
     "bench models": "from bench import cli\ncli.main(['models'])",
     "RunSpec": (
-        "from bench.spec import RunSpec\n"
+        "from bench.contract.spec import RunSpec\n"
         "s = RunSpec()\nRunSpec(model='transformer')\ns.replace(model='resnet18').validate(2)"
     ),
-    "runner modules": "import runners.protocol, bench.sweep, bench.checks",
+    "runner modules": "import runners.protocol.main, bench.sweep, bench.contract.prepare",
 }
 
 
@@ -66,7 +66,7 @@ def test_threads_reach_the_framework(engine: Engine, tmp_path: Path) -> None:
 
 
 def test_device_detection_reads_no_framework(monkeypatch: pytest.MonkeyPatch) -> None:
-    from bench import spec
+    from bench.contract import spec
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert spec.detect_device() is spec.Device.CPU  # every GPU hidden
@@ -78,9 +78,10 @@ def test_device_detection_reads_no_framework(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_help_does_not_load_pandas() -> None:
-    from bench import cli, report
+    from bench.analysis import frame
+    from bench.cli import common
 
-    assert cli.DEFAULT_TARGET == report.DEFAULT_TARGET
+    assert common.DEFAULT_TARGET == frame.DEFAULT_TARGET
     proc = subprocess.run(
         [sys.executable, "-c", "import sys\nfrom bench import cli\nprint('pandas' in sys.modules)"],
         capture_output=True,

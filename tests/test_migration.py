@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from bench import records, schema
+from bench import records
+from bench.records import schema
 
 REFERENCE = Path(__file__).parent.parent / "results" / "reference"
 
@@ -42,7 +43,8 @@ def test_a_v1_runner_record_is_migrated(tmp_path: Path) -> None:
     loaded = _load(tmp_path, _v1())
     assert loaded.problems == []
     rec = loaded.records[0]
-    assert rec["schema_version"] == records.SCHEMA_VERSION == 2
+    assert rec["schema_version"] == records.SCHEMA_VERSION == 3
+    assert rec["protocol_version"] == 1  # no window fields: each step timed alone
     assert rec["training_wall_s"] == 2.5 and "wall_time_s" not in rec
     assert rec["epochs"] == [{"epoch": 0, "elapsed_s": 1.5, "train_time_s": 1.0}]
     assert rec["labels"] == {"repeat": 2, "attempt": "0123", "sweep": "s"}  # ids stay strings
@@ -57,7 +59,7 @@ def test_a_v1_sweep_written_record_keeps_its_launch_to_exit_time(tmp_path: Path)
     assert rec["launch_to_exit_s"] == 2.5 and "training_wall_s" not in rec
 
 
-def test_v1_types_are_checked_before_migrating(tmp_path: Path) -> None:
+def test_v1_types_are_checked_when_migrating(tmp_path: Path) -> None:
     loaded = _load(tmp_path, _v1(labels={"repeat": 2}))  # v1 labels were strings
     assert loaded.records == []
     assert "labels.repeat: expected a string" in loaded.problems[0].message
@@ -80,3 +82,17 @@ def test_the_reference_is_stored_at_the_current_version() -> None:
     assert {json.loads(line)["schema_version"] for line in lines} == {records.SCHEMA_VERSION}
     loaded = records.load([REFERENCE])
     assert loaded.problems == [] and len(loaded.records) == len(lines)
+
+
+def test_a_v2_record_names_the_protocol_that_timed_it(tmp_path: Path) -> None:
+    # Schema-2 records said protocol 1 whether their steps were timed alone or in
+    # windows; the window fields tell them apart, and the two never group together.
+    alone = records.migrate(_v1())
+    windowed = {**alone, "schema_version": 2, "window_times_s": [[0.1]], "window_steps": [10]}
+    alone = {**alone, "schema_version": 2, "protocol_version": 1}
+    assert records.migrate(alone)["protocol_version"] == 1
+    assert records.migrate(windowed)["protocol_version"] == 2
+    said = {**windowed, "protocol_version": 3}  # a version it states beyond 1 is kept
+    assert records.migrate(said)["protocol_version"] == 3
+    collective = {**alone, "kind": "collective"}
+    assert records.migrate(collective)["protocol_version"] == 1

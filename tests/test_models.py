@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import models
-from bench.spec import RunSpec
+from bench.contract.spec import RunSpec
 
 CASES = [
     ("mlp", (1, 8, 8)),
@@ -29,8 +29,8 @@ def test_torch_and_paddle_forward_agree(name: str, shape: tuple[int, ...]) -> No
     import paddle
     import torch
 
-    from runners.engines.paddle_engine import PaddleAdapter
-    from runners.engines.torch_engines import DDPAdapter
+    from runners.adapters.paddle_engine import PaddleAdapter
+    from runners.adapters.torch_engines import DDPAdapter
 
     model = models.get(name)
     weights = models.init_weights(model, shape, 10, seed=7)

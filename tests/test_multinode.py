@@ -9,10 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench import launch, records, sweep
+from bench import engines, records
+from bench.contract.spec import RunSpec
+from bench.core.errors import SweepError
 from bench.engines import Engine
-from bench.spec import RunSpec
-from bench.sweep import SweepConfig, SweepError, run_sweep
+from bench.launch import cluster as launch
+from bench.launch import process
+from bench.sweep import SweepConfig, run_sweep
 from tests import netns
 from tests.conftest import run_bench
 
@@ -72,17 +75,17 @@ def test_remote_shell_needs_a_host_placeholder() -> None:
 
 def test_each_engine_gets_its_own_launchers_multi_node_form() -> None:
     cluster = launch.Cluster(launch.parse_hosts("n1:2,n2:2"), port=29555, iface="eth1")
-    ddp = launch.multinode_launch(Engine.DDP, cluster, 4, ["--x"])
+    ddp = engines.build_launch(Engine.DDP, cluster, 4, ["--x"])
     assert [n.host.name for n in ddp] == ["n1", "n2"]
     for rank, node in enumerate(ddp):
         cmd = " ".join(node.command)
         assert "--nnodes 2" in cmd and f"--node-rank {rank}" in cmd
         assert "--nproc-per-node 2 --master-addr n1 --master-port 29555" in cmd
-    paddle = launch.multinode_launch(Engine.PADDLE, cluster, 2, [])
+    paddle = engines.build_launch(Engine.PADDLE, cluster, 2, [])
     cmd = " ".join(paddle[1].command)
     assert "--nnodes 2 --rank 1 --nproc_per_node 1" in cmd
     assert "--master n1:29555 --host n2" in cmd
-    (hvd,) = launch.multinode_launch(Engine.HOROVOD, cluster, 4, [])
+    (hvd,) = engines.build_launch(Engine.HOROVOD, cluster, 4, [])
     cmd = " ".join(hvd.command)
     assert "-np 4" in cmd and "-H n1:2,n2:2" in cmd and "--network-interfaces eth1" in cmd
     # the local argv reaches the host through the remote shell, in this repository,
@@ -112,7 +115,7 @@ def test_a_host_that_never_starts_fails_the_cell_without_a_hang(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One host's launcher dies at once; the other, waiting at rendezvous, is stopped."""
-    monkeypatch.setattr(sweep, "PEER_GRACE_S", 2.0)
+    monkeypatch.setattr(process, "PEER_GRACE_S", 2.0)
     shell = tmp_path / "shell"
     # the first host runs its command (torchrun then waits for its peer at rendezvous);
     # the second cannot be reached

@@ -4,28 +4,36 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
+import uuid
 from pathlib import Path
 from typing import cast
 
 import pytest
 
-from bench import cli, netns, records, report, schema
-from bench.record import RunRecord
+from bench import cli, records
+from bench.analysis import frame as runs
+from bench.cli.common import EXIT_BAD_INPUT
+from bench.core import units
+from bench.launch import netns
+from bench.records import schema
+from bench.records.types import Link, RunRecord
+from bench.sweep import emulate
 from tests.conftest import run_bench
 
 # --- rates and records (no privileges needed) ------------------------------------------
 
 
 def test_rates_parse_in_bits_per_second() -> None:
-    assert netns.parse_rate("200mbit") == 200_000_000
-    assert netns.parse_rate("1.5gbit") == 1_500_000_000
-    assert netns.parse_rate(" 25GBit ") == 25_000_000_000
-    assert netns.format_rate(25_000_000_000) == "25gbit"
-    assert netns.format_rate(1_500_000_000) == "1.5gbit"
+    assert units.parse_rate("200mbit") == 200_000_000
+    assert units.parse_rate("1.5gbit") == 1_500_000_000
+    assert units.parse_rate(" 25GBit ") == 25_000_000_000
+    assert units.format_rate(25_000_000_000) == "25gbit"
+    assert units.format_rate(1_500_000_000) == "1.5gbit"
 
 
 @pytest.mark.parametrize(
@@ -40,7 +48,7 @@ def test_rates_parse_in_bits_per_second() -> None:
 )
 def test_bad_rates_are_refused_by_name(text: str, message: str) -> None:
     with pytest.raises(netns.LinkError, match=f"--emulate-link: rate '{text}'.*{message}"):
-        netns.parse_rate(text)
+        units.parse_rate(text)
 
 
 def test_token_bucket_holds_a_gso_packet_and_a_millisecond_of_the_rate() -> None:
@@ -50,17 +58,18 @@ def test_token_bucket_holds_a_gso_packet_and_a_millisecond_of_the_rate() -> None
 
 
 def test_a_record_over_an_emulated_link_carries_its_rate() -> None:
+    labels = {"link_rate_bps": 200_000_000}
     rec = records.new_record(
-        {}, "ddp", 2, {"link_rate_bps": 200_000_000}, {"name": "t", "argv": []}
+        {}, "ddp", 2, labels, {"name": "t", "argv": []}, link=netns.link_for(labels)
     )
     assert rec["link"]["rate_bps"] == 200_000_000 and rec["link"]["emulated"] is True
     assert rec["link"]["qdisc"] == "tbf"
     assert "link" not in records.new_record({}, "ddp", 2, {}, {"name": "t", "argv": []})
-    assert schema.FIELDS_V2["link"].type.check(rec["link"], "link") is None
-    bad = schema.FIELDS_V2["link"].type.check({"rate_bps": "1gbit"}, "link")
+    assert schema.checker(Link).check(rec["link"], "link", schema.OK) is None
+    bad = schema.checker(Link).check({"rate_bps": "1gbit"}, "link", schema.OK)
     assert bad and "link.rate_bps" in bad
     # compare names the link as part of the variant
-    assert report.link_suffix(rec) == "/200mbit" and report.link_suffix(cast(RunRecord, {})) == ""
+    assert runs.link_suffix(rec) == "/200mbit" and runs.link_suffix(cast(RunRecord, {})) == ""
 
 
 def test_bad_link_options_are_refused_before_anything_starts(
@@ -72,7 +81,7 @@ def test_bad_link_options_are_refused_before_anything_starts(
         (["--emulate-link", "1gbit", "--workers", "3"], "3 workers cannot be"),
         (["--emulate-link", "1gbit", "--hosts", "a:1,b:1"], "drop --hosts"),
     ]:
-        assert cli.main(["run", *argv, *base]) == cli.EXIT_BAD_INPUT
+        assert cli.main(["run", *argv, *base]) == EXIT_BAD_INPUT
         assert message in capsys.readouterr().err
     assert cli.main(["collectives", "--emulate-link", "fast", "--engines", "ddp"]) == 2
     assert "rate 'fast' is not understood" in capsys.readouterr().err
@@ -83,22 +92,22 @@ def test_emulate_link_is_refused_by_name_without_root(
 ) -> None:
     monkeypatch.setattr(netns.os, "geteuid", lambda: 1000)
     argv = ["--emulate-link", "200mbit", "--engines", "ddp", "--results", str(tmp_path)]
-    assert cli.main(["run", *argv, "--models", "mlp", "--no-compare"]) == cli.EXIT_BAD_INPUT
+    assert cli.main(["run", *argv, "--models", "mlp", "--no-compare"]) == EXIT_BAD_INPUT
     err = capsys.readouterr().err
     assert "--emulate-link cannot run here: creating network namespaces needs root" in err
-    assert cli.main(["collectives", *argv]) == cli.EXIT_BAD_INPUT
+    assert cli.main(["collectives", *argv]) == EXIT_BAD_INPUT
     assert "needs root" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())  # nothing ran, nothing recorded
 
 
 def test_the_link_rate_is_part_of_a_cells_identity() -> None:
-    from bench.spec import RunSpec
+    from bench.contract.spec import RunSpec
     from bench.sweep import SweepConfig, plan
 
     def keys(rate: str) -> list[str]:
         config = SweepConfig.from_dict({"engines": ["ddp"], "models": ["mlp"], "repeats": 1,
                                         "emulate_link": rate})  # fmt: skip
-        on_pair = netns.sweep_config(config, netns.planned(False, config.link_bps()))
+        on_pair = emulate.on_pair(config, netns.planned(False, config.link_bps()))
         assert on_pair.workers == (2,) and on_pair.iface == netns.IFACE
         return [c.key("env") for c in plan(on_pair, RunSpec())]
 
@@ -195,9 +204,9 @@ def test_the_pair_is_removed_on_sigterm_and_after_sigkill() -> None:
     child = textwrap.dedent(
         """
         import time
-        from bench import netns
-        from bench.cli import _stop_on_signals
-        with _stop_on_signals(), netns.two_hosts(rate_bps=10**9):
+        from bench.launch import netns
+        from bench.cli.common import stop_on_signals
+        with stop_on_signals(), netns.two_hosts(rate_bps=10**9):
             print("up", flush=True)
             time.sleep(60)
         """
@@ -252,3 +261,71 @@ def test_collectives_measure_the_shaped_link(tmp_path: Path) -> None:
     # the link bounds what the collective gets (Gloo's own overheads lower it)
     assert 0.3 * RATE < busbw_bits <= 1.2 * RATE, json.dumps(rec["results"])
     assert "bus bandwidth / emulated link rate" in proc.stdout and "ddp np2 /200mbit" in proc.stdout
+
+
+# A child that makes the pair (with an sshd) and is interrupted at one phase: its own
+# SIGINT while shaping or while sshd starts, or the parent's SIGINT once the pair is in
+# use (a process detached inside the second namespace, and an ssh session's command,
+# which sshd starts outside any tree of ours).
+_TEARDOWN_CHILD = """
+import os, signal, subprocess, sys, time
+from bench.cli.common import stop_on_signals
+from bench.launch import netns
+
+phase, marker = sys.argv[1], sys.argv[2]
+
+def interrupt(*_: object, **__: object) -> None:
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(30)  # the KeyboardInterrupt arrives here
+
+if phase == "shaping":
+    netns.shape = interrupt
+elif phase == "sshd":
+    netns._listening = interrupt
+with stop_on_signals(), netns.two_hosts(with_sshd=True, rate_bps=10**9) as hosts:
+    ns0, ns1 = hosts.namespace(0), hosts.namespace(1)
+    subprocess.Popen(["ip", "netns", "exec", ns1, "setsid", "sleep", f"1000.{marker}"],
+                     start_new_session=True)
+    ssh = ["ip", "netns", "exec", ns0, "ssh", "-i", str(hosts.ssh_identity),
+           "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+           "-o", "BatchMode=yes", hosts.addresses[1], f"sleep 1001.{marker}"]
+    subprocess.Popen(ssh, start_new_session=True, stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and f"1001.{marker}" not in subprocess.run(
+        ["ps", "-eo", "args"], capture_output=True, text=True
+    ).stdout:
+        time.sleep(0.2)
+    print("up", flush=True)
+    time.sleep(120)
+"""
+
+
+def _left_behind(marker: str, pid: int) -> list[str]:
+    """Processes, sshds, namespaces and veth ends of the child's pair still there."""
+    procs = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    left = [line for line in procs.splitlines() if marker in line or "bench-netns-" in line]
+    left += _namespaces(pid)
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    left += [line for line in links.splitlines() if f"bv{pid % 1000000}" in line]
+    return left
+
+
+@needs_netns
+@pytest.mark.skipif(netns.sshd_path() is None or shutil.which("ssh") is None, reason="no ssh/sshd")
+@pytest.mark.parametrize("phase", ["shaping", "sshd", "in-use"])
+def test_an_interrupt_at_any_phase_leaves_nothing_behind(phase: str) -> None:
+    marker = uuid.uuid4().hex[:8]
+    child = subprocess.Popen(
+        [sys.executable, "-c", _TEARDOWN_CHILD, phase, str(int(marker, 16) % 10**6)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+    )  # fmt: skip
+    if phase == "in-use":
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "up", child.stderr.read() if child.stderr else ""
+        child.send_signal(signal.SIGINT)
+    child.wait(timeout=120)
+    err = child.stderr.read() if child.stderr else ""
+    assert "KeyboardInterrupt" in err, err[-2000:]
+    assert _left_behind(str(int(marker, 16) % 10**6), child.pid) == []

@@ -8,8 +8,12 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
-from bench import cli, html, predict, report, schema
-from bench.record import LoadedRecord
+from bench import cli, records
+from bench.analysis import frame as runs
+from bench.analysis import html, predict, render
+from bench.cli.common import EXIT_BAD_INPUT
+from bench.records import schema
+from bench.records.types import LoadedRecord
 
 GRAD = 109386 * 4  # mlp's float32 parameters on 1x28x28 inputs, 10 classes
 ALPHA = 2e-4  # the 2-worker all-reduce latency: two ring steps of 1e-4 s
@@ -168,8 +172,8 @@ def test_predictions_are_records_kept_out_of_measured_tables() -> None:
         assert schema.validate(rec) is None, schema.validate(rec)
         assert rec["kind"] == "prediction" and "throughput" not in rec
     loaded = cast(list[LoadedRecord], recs)  # as bench compare reads them back
-    assert report.frame(loaded).empty  # no measured table reads them
-    text = cli.render_compare(cli.records.Loaded(loaded, [], []), "text", 0.95)
+    assert runs.frame(loaded).empty  # no measured table reads them
+    text = render.render(records.Loaded(loaded, [], []), "text", 0.95)
     assert text and "MODEL PREDICTIONS, not measurements" in text and "25gbit" in text
     page = html.build(loaded).html
     assert "Model predictions (not measurements)" in page
@@ -203,14 +207,14 @@ def test_check_compares_predictions_with_runs_on_other_links() -> None:
 def test_bad_predict_arguments_are_refused_by_name(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Any
 ) -> None:
-    assert cli.main(["predict", str(tmp_path), "--no-write", *argv]) == cli.EXIT_BAD_INPUT
+    assert cli.main(["predict", str(tmp_path), "--no-write", *argv]) == EXIT_BAD_INPUT
     assert message in capsys.readouterr().err
 
 
 def test_predict_refuses_a_folder_without_inputs(
     capsys: pytest.CaptureFixture[str], tmp_path: Any
 ) -> None:
-    assert cli.main(["predict", str(tmp_path), "--no-write"]) == cli.EXIT_BAD_INPUT
+    assert cli.main(["predict", str(tmp_path), "--no-write"]) == EXIT_BAD_INPUT
     assert "nothing to fit" in capsys.readouterr().err
 
 
@@ -222,12 +226,12 @@ def test_what_if_states_every_input_and_matches_the_formula(
             "--hop-latency-us", "10", "--batch", "64", "--workers", "512",
             "--results", str(tmp_path)]  # fmt: skip
     assert cli.main(argv) == 0
-    (rec,) = cli.records.load([tmp_path / predict.FILE]).records
+    (rec,) = records.load([tmp_path / predict.FILE]).records
     grad, busbw, n = 97.5 * 2**20, 0.9 * 25e9 / 8, 512
     comm = 2 * (n - 1) / n * grad / busbw + 4 * 2 * (n - 1) * 10e-6  # 4 buckets of 25 MiB
     assert rec["predicted"]["efficiency"] == pytest.approx(0.292 / (0.292 + comm))
     assert "stated inputs (what-if)" in capsys.readouterr().out
-    assert cli.main(["predict", "--what-if", "resnet50", "--no-write"]) == cli.EXIT_BAD_INPUT
+    assert cli.main(["predict", "--what-if", "resnet50", "--no-write"]) == EXIT_BAD_INPUT
     assert "--what-if states every input; give --compute-ms" in capsys.readouterr().err
 
 

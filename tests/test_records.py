@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from bench import record as record_types
-from bench import records, schema
-from bench.record import LoadedRecord, RunRecord, Spec
-from bench.spec import RunSpec
+from bench import records
+from bench.contract.spec import RunSpec
+from bench.records import schema
+from bench.records import types as record_types
+from bench.records.types import LoadedRecord, RunRecord, Spec
 
 
 def _rec(i: int, **extra: Any) -> dict[str, Any]:
@@ -100,47 +101,76 @@ def test_missing_path_is_a_problem_not_a_crash(tmp_path: Path) -> None:
     assert loaded.records == [] and "no such file" in loaded.problems[0].message
 
 
-def _typed_dict(annotation: Any) -> Any:
-    """The TypedDict inside an annotation (X, X | None, list[X], list[X | None]), or None."""
-    for arg in (annotation, *typing.get_args(annotation)):
-        if typing.is_typeddict(arg):
-            return arg
-        if typing.get_origin(arg) is list:
-            found = _typed_dict(typing.get_args(arg)[0])
-            if found is not None:
-                return found
-    return None
-
-
-def _obj(kind: schema.Type) -> schema.Obj | None:
-    """The object type inside a schema type (Obj, Opt(Obj), ListOf(Obj)...), or None."""
-    while isinstance(kind, schema.Opt | schema.ListOf):
-        kind = kind.inner if isinstance(kind, schema.Opt) else kind.item
-    return kind if isinstance(kind, schema.Obj) else None
-
-
-def _drift(td: Any, fields: dict[str, schema.Field], path: str) -> list[str]:
-    """Where a TypedDict and a schema object name different fields, recursively."""
-    hints = typing.get_type_hints(td)
-    out = [f"{path}{k}: typed only" for k in sorted(set(hints) - set(fields))]
-    out += [f"{path}{k}: in the schema only" for k in sorted(set(fields) - set(hints))]
-    for key in sorted(set(hints) & set(fields)):
-        inner, obj = _typed_dict(hints[key]), _obj(fields[key].type)
-        if inner is not None and obj is not None:
-            out += _drift(inner, obj.fields, f"{path}{key}.")
-    return out
-
-
-def test_the_record_type_names_the_schemas_fields() -> None:
-    # RunRecord (what the type checker holds every reader and writer to) and the schema
-    # (what load validates) describe one record: a field added to one is added to both.
-    assert record_types.SCHEMA_VERSION == records.SCHEMA_VERSION
-    assert _drift(RunRecord, schema.SCHEMAS[records.SCHEMA_VERSION], "") == []
+def test_the_check_is_read_off_the_type() -> None:
+    # One definition: the loader's check is built from RunRecord's annotations, so a
+    # field typed there is checked on load, nested objects included, with no table to
+    # keep in step.
+    assert tuple(sorted(RunRecord.__required_keys__)) == schema.EVERY_RECORD
+    ok = _ok_record()
+    assert schema.validate(ok) is None
+    wrong = {**ok, "fingerprints": {"init_weights": 7}}
+    assert schema.validate(wrong) == "fingerprints.init_weights: expected a string, got 7 (int)"
+    wrong = {**ok, "cpu_budget": {"workers_on_host": 1}}  # a TypedDict's required keys
+    assert schema.validate(wrong) == "cpu_budget: missing field(s) threads_per_worker, usable_cpus"
+    assert "labels.repeat: expected an integer >= 0" in str(
+        schema.validate({**ok, "labels": {"repeat": "two"}})
+    )
+    # a number a failed run may hold as null (NullIfFailed), never an ok one
+    nulls = {**ok, "resources": {"peak_rss_mb": [None], "cpu_utilisation": [1.0]}}
+    assert "in an ok record" in str(schema.validate(nulls))
+    assert schema.validate({**nulls, "status": "failed"}) is None
     # LoadedRecord adds only what load attaches, none of it a stored field
     added = set(typing.get_type_hints(LoadedRecord)) - set(typing.get_type_hints(RunRecord))
-    assert added == {"_source", "_summary", "step_time_quantiles"}
-    assert added.isdisjoint(schema.SCHEMAS[records.SCHEMA_VERSION])
-    required = {k for k, f in schema.SCHEMAS[records.SCHEMA_VERSION].items() if "*" in f.required}
-    assert RunRecord.__required_keys__ == required
-    # a training record's spec is RunSpec.to_dict(): every field of it is typed
+    assert added == record_types.LOADER_FIELDS
+
+
+def test_a_stored_spec_types_every_runspec_field() -> None:
+    # RunSpec is the contract; Spec is how a record stores it: the same fields, and a
+    # value of the wrong type in any of them is refused on load.
     assert {f.name for f in dataclasses.fields(RunSpec)} <= set(typing.get_type_hints(Spec))
+    spec = RunSpec().to_dict()
+    check = schema.checker(Spec)
+    assert check.check(spec, "spec", schema.OK) is None
+    for name, value in spec.items():
+        wrong = [1] if not isinstance(value, list) else "x"
+        assert check.check({**spec, name: wrong}, "spec", schema.OK), name
+
+
+def _ok_record() -> dict[str, Any]:
+    rec = records.new_record(RunSpec().to_dict(), "ddp", 1, {}, {"name": "x", "argv": []})
+    return {
+        **rec,
+        "step_times_s": [[0.1]],
+        "throughput": 1.0,
+        "cpu_budget": {"workers_on_host": 1, "threads_per_worker": 1, "usable_cpus": 2},
+    }
+
+
+def test_following_a_file_reads_only_what_was_appended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep finds each cell's record among the lines appended since the last cell: its
+    cost per cell does not grow with the 10,000 records a folder may already hold."""
+    from bench.records import store
+
+    big = tmp_path / "runs.jsonl"
+    big.write_text("".join(json.dumps(_rec(i)) + "\n" for i in range(10_000)))
+    parsed: list[int] = []
+    original = store.parse_line
+
+    def counting(path: Path, number: int, raw: bytes) -> Any:
+        parsed.append(number)
+        return original(path, number, raw)
+
+    monkeypatch.setattr(store, "parse_line", counting)
+    follower = records.Follower(tmp_path)
+    assert follower.new() == [] and parsed == []  # nothing read yet, nothing parsed
+    records.append(tmp_path, _rec(10_001, labels={"attempt": "a1"}))
+    (rec,) = follower.new()
+    assert rec["run_id"] == "r10001" and parsed == [10_001]  # one line, numbered
+    with open(big, "ab") as fh:  # a writer caught mid-line: nothing yet
+        fh.write(b'{"half": ')
+    assert follower.new() == []
+    with open(big, "ab") as fh:
+        fh.write(b"1}\n")
+    assert follower.new() == [] and parsed == [10_001, 10_002]  # a damaged line, passed over

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import records, regress
-from bench.record import LoadedRecord
+from bench import records
+from bench.analysis import regress
+from bench.records.types import LoadedRecord
 from tests.conftest import ROOT
 
 GOLDEN = Path(__file__).parent / "data" / "golden.jsonl"
@@ -96,7 +97,7 @@ def test_small_changes_are_not_significant() -> None:
 
 def _bench(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "bench.cli", "compare", *args],
+        [sys.executable, "-m", "bench", "compare", *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -170,7 +171,7 @@ def test_real_rerun_of_the_same_code_passes(tmp_path: Path) -> None:
     sweep = [
         sys.executable,
         "-m",
-        "bench.cli",
+        "bench",
         "run",
         "--engines",
         "ddp",

@@ -11,8 +11,11 @@ from typing import cast
 import pandas as pd
 import pytest
 
-from bench import records, report
-from bench.record import LoadedRecord
+from bench import records
+from bench.analysis import compare as report
+from bench.analysis import frame as runs
+from bench.analysis import render
+from bench.records.types import LoadedRecord
 
 GOLDEN = Path(__file__).parent / "data" / "golden.jsonl"
 
@@ -83,7 +86,7 @@ def test_fingerprint_mismatch_is_flagged() -> None:
 
 def test_cli_reports_bad_lines_and_still_compares() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.cli", "compare", str(GOLDEN)],
+        [sys.executable, "-m", "bench", "compare", str(GOLDEN)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -96,7 +99,7 @@ def test_cli_reports_bad_lines_and_still_compares() -> None:
 
 def test_cli_json_and_sources() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.cli", "compare", str(GOLDEN), "--format", "json"],
+        [sys.executable, "-m", "bench", "compare", str(GOLDEN), "--format", "json"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -110,7 +113,7 @@ def test_cli_json_and_sources() -> None:
         ("paddle", 2),
     }
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.cli", "compare", str(GOLDEN), "--sources"],
+        [sys.executable, "-m", "bench", "compare", str(GOLDEN), "--sources"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -120,7 +123,7 @@ def test_cli_json_and_sources() -> None:
 
 def test_cli_with_nothing_readable(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.cli", "compare", str(tmp_path)],
+        [sys.executable, "-m", "bench", "compare", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -131,7 +134,7 @@ def test_cli_with_nothing_readable(tmp_path: Path) -> None:
 def test_export_is_read_by_pytest_benchmark(tmp_path: Path) -> None:
     out = tmp_path / "sweep.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.cli", "export", str(GOLDEN), "--pytest-benchmark", str(out)],
+        [sys.executable, "-m", "bench", "export", str(GOLDEN), "--pytest-benchmark", str(out)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -172,7 +175,7 @@ def test_export_is_read_by_pytest_benchmark(tmp_path: Path) -> None:
 
 def _bench_compare(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "bench.cli", "compare", *args],
+        [sys.executable, "-m", "bench", "compare", *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -198,7 +201,7 @@ def test_different_machines_and_versions_are_never_pooled() -> None:
         assert t.loc[("ddp", 1), "runs"] == 3  # not 6 or 9
         # the compute-only twin of the same machine gives comm %
         assert t.loc[("ddp", 2), "comm %"].startswith("25% [")
-        assert f"machine: {c.machine} | {c.libraries}" in report.render_text(c)
+        assert f"machine: {c.machine} | {c.libraries}" in render.render_text(c)
 
 
 def test_reference_records_are_read_only_when_named(tmp_path: Path) -> None:
@@ -242,11 +245,11 @@ def test_oversubscribed_runs_are_flagged_in_every_table() -> None:
     )
     # records from before the field existed are judged from the machine's CPU count
     old = records.load([GOLDEN]).records[0]
-    assert report.oversubscription(cast(LoadedRecord, {**old, "world_size": 4})) == (
+    assert runs.oversubscription(cast(LoadedRecord, {**old, "world_size": 4})) == (
         True,
         "4 workers x 1 threads > 2 CPUs (inferred)",
     )
-    assert not report.oversubscription(old)[0]
+    assert not runs.oversubscription(old)[0]
 
 
 def test_contended_runs_are_flagged_in_every_timing_table() -> None:
@@ -267,10 +270,8 @@ def test_json_and_csv_keep_numbers_as_numbers() -> None:
     never '-' or a preformatted interval; csv is one table pandas reads back."""
     import io
 
-    from bench import cli
-
     loaded = records.load([GOLDEN])
-    data = json.loads(cli.render_compare(loaded, "json", report.DEFAULT_TARGET) or "")
+    data = json.loads(render.render(loaded, "json", runs.DEFAULT_TARGET) or "")
     rows = {(r["engine"], r["workers"]): r for r in data[0]["sections"]["throughput"]}
     ddp2 = rows["ddp", 2]
     assert ddp2["samples/s"] == 150 and ddp2["samples/s n"] == 3
@@ -281,7 +282,7 @@ def test_json_and_csv_keep_numbers_as_numbers() -> None:
     assert "95% CI" not in ddp2 and rows["ddp", 1]["comm %"] is None
     text = json.dumps(data)
     assert '"-"' not in text and "n=3" not in text
-    csv = cli.render_compare(loaded, "csv", report.DEFAULT_TARGET) or ""
+    csv = render.render(loaded, "csv", runs.DEFAULT_TARGET) or ""
     table = pd.read_csv(io.StringIO(csv))
     assert list(table.columns[-5:]) == ["value", "low", "high", "n", "text"]
     assert set(table["section"]) == {"throughput", "per rank", "accuracy", "head to head"}
@@ -290,4 +291,4 @@ def test_json_and_csv_keep_numbers_as_numbers() -> None:
     assert (one["value"], one["n"]) == (150, 3) and one["low"] < 150 < one["high"]
     assert table["value"].dtype == float and not (table["text"] == "-").any()
     # text keeps its formatting
-    assert "[127, 177] n=3" in (cli.render_compare(loaded, "text", report.DEFAULT_TARGET) or "")
+    assert "[127, 177] n=3" in (render.render(loaded, "text", runs.DEFAULT_TARGET) or "")

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -20,9 +21,12 @@ from typing import Any, cast
 import numpy as np
 import psutil
 import pytest
+import yaml
 
-from bench import launch, records, slurm
-from bench.engines import Engine
+from bench import engines, records
+from bench.engines import Engine, horovod
+from bench.launch import cluster as launch
+from bench.launch import slurm
 from tests import slurm_cluster
 from tests.conftest import ROOT, run_bench
 
@@ -52,7 +56,7 @@ def _in_allocation(
     extra_env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """`bench run ARGS` inside `salloc --ntasks TASKS` of the test cluster."""
-    argv = ["salloc", "--ntasks", str(tasks), "--", sys.executable, "-m", "bench.cli", "run"]
+    argv = ["salloc", "--ntasks", str(tasks), "--", sys.executable, "-m", "bench", "run"]
     return subprocess.run(
         [*argv, *args],
         capture_output=True,
@@ -83,7 +87,7 @@ def test_per_node_counts_and_placement() -> None:
 @pytest.mark.skipif(shutil.which("srun") is None, reason="no srun: apt-get install slurm-wlm")
 def test_two_node_cells_start_one_launcher_per_node(tmp_path: Path) -> None:
     alloc = slurm.Allocation("7", (launch.Host("a", 2), launch.Host("b", 2)), port=29511)
-    ddp = slurm.launches(Engine.DDP, alloc, 4, ["--x"], tag="t", log_dir=tmp_path)
+    ddp = engines.slurm_launch(Engine.DDP, alloc, 4, ["--x"], tag="t", log_dir=tmp_path)
     assert [n.host.name for n in ddp] == ["a", "b"]
     for rank, node in enumerate(ddp):
         argv = node.argv
@@ -92,12 +96,20 @@ def test_two_node_cells_start_one_launcher_per_node(tmp_path: Path) -> None:
         assert argv[argv.index("--node-rank") + 1] == str(rank)
         assert argv[argv.index("--master-addr") + 1] == "a"
         assert argv[argv.index("--master-port") + 1] == "29511"
-    paddle = slurm.launches(Engine.PADDLE, alloc, 4, [], tag="t")
+    paddle = engines.slurm_launch(Engine.PADDLE, alloc, 4, [], tag="t")
     assert [n.argv[n.argv.index("--host") + 1] for n in paddle] == ["a", "b"]
-    (hvd,) = slurm.launches(Engine.HOROVOD, alloc, 4, [], tag="t", options={"controller": "gloo"})
+    (hvd,) = engines.slurm_launch(
+        Engine.HOROVOD, alloc, 4, [], tag="t", options={"controller": "gloo"}
+    )
     assert hvd.argv[hvd.argv.index("-H") + 1] == "a:2,b:2"
     assert hvd.argv[hvd.argv.index("--nodelist") + 1] == "a"
-    assert slurm.launches(Engine.DDP, alloc, 2, [], tag="t")[0].host.name == "a"  # one node
+    # horovodrun reaches node b by ssh: with an ssh that starts it as a step of the job,
+    # named like the cell's own, so that cancelling the cell stops b's workers too
+    path = next(a for a in hvd.argv if a.startswith("PATH="))
+    assert path.startswith(f"PATH={slurm.SSH_AS_SRUN}:")
+    assert f"BENCH_SLURM_STEP={slurm.step_name('t')}" in hvd.argv
+    assert not any(a.startswith("PATH=") for n in ddp for a in n.argv)  # ssh-free launchers
+    assert engines.slurm_launch(Engine.DDP, alloc, 2, [], tag="t")[0].host.name == "a"  # one node
 
 
 def test_submit_dry_run_prints_the_sbatch_script(tmp_path: Path) -> None:
@@ -124,10 +136,18 @@ def test_submit_dry_run_prints_the_sbatch_script(tmp_path: Path) -> None:
     for line in ("--nodes=1", "--ntasks-per-node=2", "--partition=gpu", "--time=0:30:00"):
         assert f"#SBATCH {line}\n" in script
     assert script.count("#SBATCH --time") == 1  # the user's replaces the derived one
-    run_line = script.strip().splitlines()[-1]
-    assert run_line.startswith("exec ") and "--submit" not in run_line
-    assert "--sbatch-arg" not in run_line and "--dry-run" not in run_line
-    assert run_line.endswith(f"--results {tmp_path / 'res'} --launcher slurm")
+    (run_line,) = [line for line in script.splitlines() if line.startswith("exec ")]
+    # the job runs the sweep from the parsed command, written as its config: nothing in
+    # it can submit again
+    commands = [line for line in script.splitlines() if not line.startswith("#")]
+    assert not any("--submit" in line for line in commands) and "--sbatch-arg" not in run_line
+    assert "--dry-run" not in run_line
+    config = yaml.safe_load("\n".join(
+        line[4:] for line in script.splitlines() if line.startswith("#   ")
+    ))  # fmt: skip
+    assert config["launcher"] == "slurm" and config["engines"] == ["ddp"]
+    assert config["workers"] == [1, 2] and "submit" not in config
+    assert f"--results {tmp_path / 'res'}" in run_line and " --config " in run_line
     assert not (tmp_path / "res").exists()  # printed, not written or submitted
 
 
@@ -137,7 +157,7 @@ def test_slurm_launcher_outside_an_allocation_is_refused(tmp_path: Path) -> None
 
     def run(*flags: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "bench.cli", "run", *flags, "--engines", "ddp", *TINY,
+            [sys.executable, "-m", "bench", "run", *flags, "--engines", "ddp", *TINY,
              "--results", str(tmp_path / "res")],
             capture_output=True, text=True, timeout=300, cwd=ROOT, env=env,
             stdin=subprocess.DEVNULL,
@@ -187,7 +207,7 @@ def test_each_engine_runs_as_job_steps(cluster: slurm_cluster.SlurmCluster, tmp_
     recs = _records(results)
     assert all(r["status"] == "ok" for r in recs), [r.get("error") for r in recs]
     by = {(r["engine"], r["knobs"].get("controller")): r for r in recs}
-    mpi = "mpi" in launch.horovod_controllers()
+    mpi = "mpi" in horovod.built_controllers()
     want = {
         ("ddp", None),
         ("paddle", None),
@@ -238,14 +258,17 @@ def test_a_timed_out_step_leaves_no_process(
         "2",
         *TINY,
         "--timeout",
-        "4",  # torch's import alone takes longer
+        "20",
         "--results",
         str(results),
+        # rank 0 stops itself at its first step: the cell hangs for certain, so it ends by
+        # its time-out however fast this machine starts it
+        extra_env={"BENCH_TEST_FAULT": "stall:rank=0,step=0"},
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     (rec,) = _records(results)
     assert rec["status"] == "timeout"
-    assert "cell exceeded its time-out of 4s" in rec["error"]
+    assert "cell exceeded its time-out of 20s" in rec["error"]
     # nothing of the cell is left: no step in Slurm, no worker on the machine
     steps = subprocess.run(
         ["squeue", "--steps", "--noheader"], env=cluster.environ(), capture_output=True, text=True
@@ -263,12 +286,12 @@ def test_a_timed_out_step_leaves_no_process(
 def test_submit_runs_the_sweep_as_a_batch_job(
     cluster: slurm_cluster.SlurmCluster, tmp_path: Path
 ) -> None:
-    results = tmp_path / "res"
+    results = tmp_path / "res with a space"  # the #SBATCH --output path is quoted
     proc = subprocess.run(
         [
             sys.executable,
             "-m",
-            "bench.cli",
+            "bench",
             "run",
             "--submit",
             "--engines",
@@ -312,6 +335,48 @@ def test_submit_runs_the_sweep_as_a_batch_job(
     assert recs[0]["status"] == "ok", text
     assert recs[0]["labels"]["slurm_job"] == job
     assert recs[0]["engine"] == Engine.DDP.value
+
+
+@pytest.mark.distributed
+def test_remote_workers_started_by_ssh_run_as_steps_and_are_cancelled(
+    cluster: slurm_cluster.SlurmCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What horovodrun runs on another node through bench's ssh is a job step named for
+    the cell, so `cancel_steps` reaches it (an ssh session would run outside the job)."""
+    env = cluster.environ()
+    monkeypatch.setenv("SLURM_CONF", env["SLURM_CONF"])
+    out = subprocess.run(
+        ["salloc", "--no-shell", "--ntasks", "1"], env=env, capture_output=True, text=True
+    )
+    job = out.stderr.split("Granted job allocation ")[1].split()[0]
+    node = subprocess.run(
+        ["squeue", "--noheader", "--jobs", job, "--format=%N"], env=env, capture_output=True,
+        text=True,
+    ).stdout.strip()  # fmt: skip
+    marker = f"300.{uuid.uuid4().int % 10**6}"
+    shim_env = {**env, "SLURM_JOB_ID": job, "BENCH_SLURM_STEP": slurm.step_name("shim")}
+    # horovodrun's own spelling: options before and after the host, the command quoted
+    ssh = [str(slurm.SSH_AS_SRUN / "ssh"), "-o", "PasswordAuthentication=no", "-o",
+           "StrictHostKeyChecking=no", node, "-p", "22", f"cd /tmp > /dev/null 2>&1 ; sleep {marker}"]  # fmt: skip
+    shim = subprocess.Popen(ssh, env=shim_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while marker not in _ps() and time.monotonic() < deadline:
+            assert shim.poll() is None, shim.stderr.read() if shim.stderr else ""
+            time.sleep(0.2)
+        assert marker in _ps(), "the remote command never started"
+        assert slurm.cancel_steps(job, "shim"), "no step of the cell's name"
+        deadline = time.monotonic() + 60
+        while marker in _ps() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert marker not in _ps(), "cancelling the cell's steps left the remote worker running"
+    finally:
+        shim.kill()
+        subprocess.run(["scancel", job], env=env, capture_output=True)
+
+
+def _ps() -> str:
+    return subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
 
 
 @pytest.mark.distributed

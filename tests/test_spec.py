@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from bench.spec import LRRule, RunSpec, Scaling, SpecError
+from bench.contract.spec import LRRule, RunSpec, Scaling, SpecError
 
 
 def test_round_trips_through_json() -> None:

@@ -5,7 +5,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from bench import stats
+from bench.measure import stats
 
 
 def test_single_value_has_no_interval() -> None:

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import models
-from bench import data as bdata
-from bench import streams
-from bench.spec import RunSpec, SpecError
-from bench.streams import Stream
+from bench.contract import data as bdata
+from bench.contract.spec import RunSpec, SpecError
+from bench.core import streams
+from bench.core.streams import Stream
 from models.base import ModelDef
 
 

@@ -9,7 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench import records, report
+from bench import records
+from bench.analysis import compare as report
+from bench.records import summaries
 
 GOLDEN = Path(__file__).parent / "data" / "golden.jsonl"
 
@@ -42,7 +44,7 @@ def test_unchanged_file_is_not_parsed_again(
     def fail(*_: object) -> None:
         raise AssertionError("parsed a line the cache holds")
 
-    monkeypatch.setattr(records, "_parse", fail)
+    monkeypatch.setattr(summaries, "parse_line", fail)
     again = records.load_summaries([path])
     assert [r["_source"] for r in again.records] == [r["_source"] for r in first.records]
 
@@ -59,19 +61,19 @@ def test_appends_are_parsed_alone_and_damage_is_reported(
         fh.write("{not json\n")
         fh.write(json.dumps(extra) + "\n")
     seen: list[int] = []
-    parse = records._parse
+    parse = summaries.parse_line
 
     def spy(p: Path, number: int, raw: bytes) -> object:
         seen.append(number)
         return parse(p, number, raw)
 
-    monkeypatch.setattr(records, "_parse", spy)
+    monkeypatch.setattr(summaries, "parse_line", spy)
     loaded = records.load_summaries([path])
     lines = len(GOLDEN.read_text().splitlines())
     assert seen == [lines + 1, lines + 2]  # only the new lines
     assert len(loaded.records) == n + 1 and loaded.records[-1]["run_id"] == "appended"
     assert [p.line for p in loaded.problems] == [*bad, lines + 1]
-    monkeypatch.setattr(records, "_parse", parse)
+    monkeypatch.setattr(summaries, "parse_line", parse)
     # reported again from the cache, not lost
     assert [p.line for p in records.load_summaries([path]).problems] == [*bad, lines + 1]
 

@@ -11,10 +11,11 @@ import psutil
 import pytest
 
 from bench import records
+from bench.contract.flags import spec_from_args
+from bench.contract.spec import RunSpec
 from bench.engines import Engine
-from bench.spec import RunSpec, spec_from_args
 from bench.sweep import SweepConfig, plan, run_cell, run_sweep, spec_flags
-from runners.protocol import build_parser
+from runners.protocol.main import build_parser
 
 TINY = RunSpec(model="mlp", max_steps=12, warmup_steps=2, epochs=1)
 

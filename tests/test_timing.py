@@ -13,13 +13,15 @@ import numpy as np
 import pytest
 
 import models
-from bench import data as bdata
-from bench.checks import prepare, total_steps
+from bench.contract import data as bdata
+from bench.contract.prepare import prepare, total_steps
+from bench.contract.spec import RunSpec
+from bench.core.errors import InputError
 from bench.engines import Engine
-from bench.record import RunRecord
-from bench.spec import RunSpec
-from runners import protocol
-from runners.engines.base import EngineAdapter
+from bench.measure.window import Measure
+from bench.records.types import RunRecord
+from runners.adapters.base import EngineAdapter
+from runners.protocol import common, timing, train
 
 SPEC = RunSpec(model="mlp", dataset="digits", epochs=2, max_steps=60, warmup_steps=4)
 
@@ -56,20 +58,20 @@ def _per_step_loop(adapter: EngineAdapter, spec: RunSpec) -> tuple[list[float], 
     return out, models.weights_fingerprint(adapter.state())
 
 
-def _protocol(adapter: EngineAdapter, spec: RunSpec, measure: protocol.Measure) -> RunRecord:
+def _protocol(adapter: EngineAdapter, spec: RunSpec, measure: Measure) -> RunRecord:
     model, dataset, spe = prepare(spec, 1)
     record = cast(RunRecord, {})  # train fills in what a run adds to new_record's fields
-    protocol.train(adapter, model, dataset, spe, record, True, None, measure)
+    train.train(adapter, model, dataset, spe, record, True, None, measure)
     return record
 
 
 @pytest.mark.parametrize("engine", [Engine.DDP, Engine.PADDLE], ids=lambda e: e.value)
 def test_windowed_losses_equal_per_step_losses(engine: Engine) -> None:
-    adapter = protocol._load_adapter(engine)(SPEC)
+    adapter = common.load_adapter(engine)(SPEC)
     adapter.init()
     try:
         expected, final_fp = _per_step_loop(adapter, SPEC)
-        plain = _protocol(adapter, SPEC, protocol.Measure(window_steps=3, target_ci=0))
+        plain = _protocol(adapter, SPEC, Measure(window_steps=3, target_ci=0))
         assert plain["step_losses"] == expected  # bit for bit
         assert plain["fingerprints"]["final_weights"] == final_fp
         assert plain["measurement"]["stopped_by"] == "disabled"
@@ -80,9 +82,7 @@ def test_windowed_losses_equal_per_step_losses(engine: Engine) -> None:
         assert max(plain["window_steps"]) == 3
         assert len(plain["window_throughput"]) == len(plain["window_steps"])
         # measuring on after training changes neither the losses nor the trained weights
-        longer = _protocol(
-            adapter, SPEC, protocol.Measure(window_steps=3, target_ci=1e-9, cap_s=0.3)
-        )
+        longer = _protocol(adapter, SPEC, Measure(window_steps=3, target_ci=1e-9, cap_s=0.3))
         assert longer["step_losses"] == expected
         assert longer["fingerprints"]["final_weights"] == final_fp
         assert longer["measurement"]["stopped_by"] == "time_cap"
@@ -93,7 +93,7 @@ def test_windowed_losses_equal_per_step_losses(engine: Engine) -> None:
 
 
 def test_windows_split_epochs_and_warmup() -> None:
-    w = protocol._windows
+    w = timing._windows
     assert w(0, 10, 4, 3) == [(0, 4, False), (4, 7, True), (7, 10, True)]
     assert w(10, 5, 4, 3) == [(0, 3, True), (3, 5, True)]  # warm-up done in an earlier epoch
     assert w(0, 3, 5, 3) == [(0, 3, False)]  # the whole epoch is warm-up
@@ -101,15 +101,15 @@ def test_windows_split_epochs_and_warmup() -> None:
 
 
 def test_window_estimate_needs_six_windows() -> None:
-    est, half = protocol._window_estimate([100.0] * 5)
+    est, half = timing._window_estimate([100.0] * 5)
     assert half is None  # below 6 windows no order-statistic interval: keep measuring
-    est, half = protocol._window_estimate([100.0, 101.0, 99.0, 100.0, 100.5, 99.5])
+    est, half = timing._window_estimate([100.0, 101.0, 99.0, 100.0, 100.5, 99.5])
     assert est.low == 99.0 and est.high == 101.0 and half == pytest.approx(0.01)
 
 
 def test_measure_flags_are_checked() -> None:
-    with pytest.raises(protocol.InputError, match="--target-ci"):
-        protocol.Measure(target_ci=2).check()
-    with pytest.raises(protocol.InputError, match="--window-steps"):
-        protocol.Measure(window_steps=0).check()
-    np.testing.assert_equal(protocol.Measure().target_ci, 0.02)
+    with pytest.raises(InputError, match="--target-ci"):
+        Measure(target_ci=2).check()
+    with pytest.raises(InputError, match="--window-steps"):
+        Measure(window_steps=0).check()
+    np.testing.assert_equal(Measure().target_ci, 0.02)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from bench import records
-from bench.record import LoadedRecord
+from bench.records.types import LoadedRecord
 from tests.conftest import ROOT, quick_measure
 
 HIDE = """
@@ -42,7 +42,7 @@ def _without(hidden: set[str], tmp_path: Path) -> dict[str, str]:
 
 def _bench(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "bench.cli", *quick_measure(args)],
+        [sys.executable, "-m", "bench", *quick_measure(args)],
         capture_output=True,
         text=True,
         timeout=300,

@@ -41,9 +41,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np
 
-from bench import data as bdata
-from bench import launch, records, stats
+from bench import engines, records
+from bench.contract import data as bdata
 from bench.engines import Engine
+from bench.measure import stats
 
 HERE = Path(__file__).resolve().parent / "independent"
 WORKER = Path(__file__).resolve().parent / "interleaved_worker.py"
@@ -59,7 +60,7 @@ def write_data(path: Path) -> None:
 
 
 def canonical(engine: Engine, workers: int, args: argparse.Namespace, data: Path) -> float:
-    argv = launch.launch_argv(
+    argv = engines.local_argv(
         engine,
         workers,
         [
@@ -84,7 +85,7 @@ def canonical(engine: Engine, workers: int, args: argparse.Namespace, data: Path
 def runner(
     engine: Engine, workers: int, args: argparse.Namespace, results: Path
 ) -> tuple[float, bool]:
-    argv = launch.launch_argv(
+    argv = engines.local_argv(
         engine,
         workers,
         [
@@ -126,7 +127,7 @@ def interleaved(
     engine: Engine, workers: int, args: argparse.Namespace, data: Path
 ) -> tuple[list[float], float]:
     """One launch of the interleaved worker: (runner / canonical per window pair, launch median)."""
-    argv = launch.launch_argv(
+    argv = engines.local_argv(
         engine,
         workers,
         [

@@ -37,9 +37,9 @@ def main() -> int:
     p.add_argument("--batches", type=int, default=64, help="distinct batches per rank, cycled")
     args = p.parse_args()
 
-    from bench import env as benv
+    from bench.contract.spec import Device, LRSchedule, RunSpec
+    from bench.core import machine as benv
     from bench.engines import Engine
-    from bench.spec import Device, LRSchedule, RunSpec
 
     # The runner's order: thread variables before any framework loads.
     spec = RunSpec(
@@ -57,10 +57,10 @@ def main() -> int:
     import numpy as np
 
     import models
-    from runners import protocol
+    from runners.protocol import common, timing
 
     engine = Engine(args.engine)
-    adapter = protocol._load_adapter(engine)(spec, 300.0, {})
+    adapter = common.load_adapter(engine)(spec, 300.0, {})
     adapter.init()
     rank, world = adapter.rank, adapter.world_size
     model = models.get(spec.model)
@@ -80,7 +80,7 @@ def main() -> int:
 
     def runner_window(idx: list[int]) -> float:
         plan = [(runner_batches[i], lr) for i in idx]  # prepared before, as in the runner
-        return protocol.timed_window(adapter, plan).seconds
+        return timing.timed_window(adapter, plan).seconds
 
     def recipe_window(idx: list[int]) -> float:
         t0 = time.perf_counter()

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from typing import Any
 
-from bench import env
+from bench.core import machine as env
 
 PEER = """
 import datetime, sys, torch, torch.distributed as dist

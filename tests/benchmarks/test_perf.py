@@ -1,8 +1,16 @@
 """Performance regression checks (pytest-benchmark).
 
 In the normal test run these execute once each (--benchmark-disable) as smoke
-tests; `scripts/perf.sh` times them for real and compares with the committed
-baseline. Every benchmark stores engine, model and versions in extra_info.
+tests; `scripts/perf.sh` times them for real, alternating a base revision and the
+working tree (bench/analysis/perfgate.py decides). Every benchmark stores engine,
+model and versions in extra_info, and measures one thing: its set-up (files,
+caches, models) happens outside the timed rounds, and one warm-up round is run
+and discarded, so first-round effects (imports, cold caches, lazily built
+checkers) are in no round.
+
+BENCH_PERF_SLOWDOWN=F (a fraction, e.g. 0.3) makes every training step do F
+times more work, a spin of F x the step's own median time: the slowdown the
+gate's calibration injects on purpose (docs/development.md).
 """
 
 from __future__ import annotations
@@ -10,6 +18,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,11 +28,14 @@ import pytest
 from threadpoolctl import threadpool_info, threadpool_limits
 
 import models
-from bench import data, env, records, report
+from bench import records
+from bench.analysis import compare as report
+from bench.contract import data
+from bench.contract.spec import RunSpec
+from bench.core import machine as env
 from bench.engines import Engine
-from bench.spec import RunSpec
-from runners.engines.base import EngineAdapter
-from runners.protocol import _load_adapter
+from runners.adapters.base import EngineAdapter
+from runners.protocol.common import load_adapter
 
 GOLDEN = Path(__file__).parent.parent / "data" / "golden.jsonl"
 
@@ -60,7 +72,7 @@ def engine_adapter(request: pytest.FixtureRequest) -> Iterator[EngineAdapter]:
     """
     saved = dict(os.environ)
     env.set_thread_env(1)
-    adapter = _load_adapter(Engine(request.param))(RunSpec(threads=1))
+    adapter = load_adapter(Engine(request.param))(RunSpec(threads=1))
     adapter.init()
     yield adapter
     adapter.shutdown()
@@ -68,6 +80,32 @@ def engine_adapter(request: pytest.FixtureRequest) -> Iterator[EngineAdapter]:
     os.environ.update(saved)
 
 
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def _slowed(step: Any) -> Any:
+    """`step` with BENCH_PERF_SLOWDOWN x its median time of work added (test-only)."""
+    fraction = float(os.environ.get("BENCH_PERF_SLOWDOWN") or 0)
+    if fraction <= 0:
+        return step
+    times = []
+    for _ in range(21):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    extra = fraction * float(np.median(times))
+
+    def slower() -> None:
+        step()
+        _spin(extra)
+
+    return slower
+
+
+@pytest.mark.benchmark(warmup=True, warmup_iterations=1)
 @pytest.mark.parametrize("model_name", ["mlp", "lenet"])
 def test_train_step(benchmark: Any, engine_adapter: EngineAdapter, model_name: str) -> None:
     ds = data.load_digits(seed=0, test_fraction=0.2)
@@ -88,9 +126,10 @@ def test_train_step(benchmark: Any, engine_adapter: EngineAdapter, model_name: s
             "model": model_name,
             "batch": 32,
             "versions": env.library_versions(),
+            "slowdown": float(os.environ.get("BENCH_PERF_SLOWDOWN") or 0),
         }
     )
-    benchmark(step)
+    benchmark(_slowed(step))
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +149,7 @@ def many_records(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.mark.benchmark(warmup=True, warmup_iterations=1)
 def test_load_10k_records(benchmark: Any, many_records: Path) -> None:
     benchmark.extra_info.update(
         {"engine": "-", "model": "-", "records": 10_000, "versions": env.library_versions()}
@@ -118,6 +158,7 @@ def test_load_10k_records(benchmark: Any, many_records: Path) -> None:
     assert len(loaded.records) == 10_000 and not loaded.problems
 
 
+@pytest.mark.benchmark(warmup=True, warmup_iterations=1)
 def test_compare_10k_records(benchmark: Any, many_records: Path) -> None:
     recs = records.load([many_records]).records
     benchmark.extra_info.update(

@@ -25,11 +25,11 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent.parent))
 import numpy as np
 
 import models
-from bench import env as benv
-from bench.checks import prepare
+from bench.contract.prepare import prepare
+from bench.contract.spec import RunSpec
+from bench.core import machine as benv
 from bench.engines import Engine
-from bench.spec import RunSpec
-from runners.protocol import _load_adapter
+from runners.protocol.common import load_adapter
 
 
 def main() -> int:
@@ -43,7 +43,7 @@ def main() -> int:
         {"model": "mlp", "dataset": "digits", "device": "cpu", "grad_compression": "fp16",
          "batch_size": 16, "threads": 1}
     )  # fmt: skip
-    adapter = _load_adapter(Engine(args.engine))(spec)
+    adapter = load_adapter(Engine(args.engine))(spec)
     model, dataset, _ = prepare(spec, adapter.expected_world_size())
     adapter.init()
     weights = models.init_weights(model, dataset.input_shape, dataset.num_classes, spec.seed)
@@ -51,7 +51,7 @@ def main() -> int:
 
     import torch
 
-    from runners.engines.base import LOSS_SCALER
+    from runners.adapters.base import LOSS_SCALER
 
     adapter._scaler = torch.amp.GradScaler("cpu", **LOSS_SCALER)  # type: ignore[attr-defined]
     x, y = dataset.train_x[:16], dataset.train_y[:16]

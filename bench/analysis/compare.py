@@ -1,0 +1,442 @@
+"""Comparison tables: per spec (seed aside), machine, libraries and protocol, one set of
+tables over engines and worker counts, with intervals over runs and notes on parity.
+
+Compute-only twins (spec `grad_sync=false`) are not shown as tables of their
+own; they give the communication share of their synchronised group.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from bench.analysis import knobs as knob_table
+from bench.analysis.frame import DEFAULT_TARGET, frame, libraries_text
+from bench.measure import stats
+from bench.records import LoadedRecord, Status
+
+# Accuracy parity: an engine is flagged when its mean accuracy differs from the
+# other engines' by more than this many seed-to-seed standard deviations (and by
+# at least PARITY_FLOOR, so that near-identical runs with sd ~ 0 are not flagged).
+PARITY_SDS = 2.0
+PARITY_FLOOR = 0.005
+_NOT_FAILED = (Status.OK, Status.UNAVAILABLE)
+
+
+@dataclasses.dataclass
+class Comparison:
+    title: str
+    group: str
+    sections: dict[str, pd.DataFrame]
+    notes: list[str]
+    machine: str = "?"
+    libraries: str = ""
+    run_ids: list[str] = dataclasses.field(default_factory=list)
+    # The numbers behind the tables' intervals, for plots and json/csv: one row per
+    # (engine, workers, metric) with value, low, high (None without an interval) and n.
+    # Metrics: samples/s, efficiency, twin samples/s (the compute-only twin), comm %
+    # (a share, 0..1), vs fastest.
+    intervals: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
+    # every engine's knobs in full, each distinct set once; the notes hold `knob_table`,
+    # the lines of a table of the settings that differ
+    knobs: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
+    knob_table: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        return self.sections["throughput"]
+
+
+def _interval(est: stats.Estimate, spec: str) -> str:
+    """'[low, high] n=N', or 'too few runs (n=N)': every interval shows its run count."""
+    return est.interval(spec)
+
+
+def _ok(df: pd.DataFrame) -> pd.DataFrame:
+    return df[df["status"] == Status.OK]
+
+
+def _keep(
+    iv: list[dict[str, Any]], engine: str, workers: int, metric: str, est: stats.Estimate
+) -> None:
+    iv.append(
+        {
+            "engine": engine,
+            "workers": int(workers),
+            "metric": metric,
+            "value": est.value,
+            "low": est.low,
+            "high": est.high,
+            "n": est.n,
+        }
+    )
+
+
+def _lost_share(ratio: stats.Estimate) -> stats.Estimate:
+    """1 - synchronised/compute-only throughput: the share lost to communication."""
+    low = None if ratio.high is None else 1 - ratio.high
+    high = None if ratio.low is None else 1 - ratio.low
+    return stats.Estimate(1 - ratio.value, low, high, ratio.n, ratio.method)
+
+
+def _contended(cell: pd.DataFrame) -> str:
+    """'k/n' runs of a cell measured while other processes used the CPUs; '-' for none."""
+    k = int(cell["contended"].sum()) if "contended" in cell else 0
+    return f"{k}/{len(cell)}" if k else "-"
+
+
+def _throughput_rows(
+    gdf: pd.DataFrame, twins: pd.DataFrame, iv: list[dict[str, Any]]
+) -> pd.DataFrame:
+    ok = _ok(gdf)
+    rows = []
+    for (engine, workers), cell in gdf.groupby(["engine", "workers"]):
+        good = _ok(cell)
+        row: dict[str, Any] = {
+            "engine": engine,
+            "workers": int(workers),
+            "runs": len(good),
+            # an engine not installed here did not fail: its records say so in the notes
+            "failed": int((~cell["status"].isin(_NOT_FAILED)).sum()),
+            "samples/s": np.nan,
+            "95% CI": "-",
+            "efficiency": np.nan,
+            "eff. 95% CI": "-",
+            "comm %": "-",
+            "contended": _contended(good),
+        }
+        if len(good):
+            tp = good["throughput"].tolist()
+            est = stats.estimate(tp)
+            row["samples/s"], row["95% CI"] = est.value, _interval(est, ",.0f")
+            _keep(iv, engine, workers, "samples/s", est)
+            # multi-node variants scale from the same engine's one worker
+            single = cell["single_node_engine"].iloc[0]
+            base = ok[(ok["engine"] == single) & (ok["workers"] == 1)]["throughput"].tolist()
+            if base:
+                eff = stats.ratio(tp, base, float(workers))
+                row["efficiency"], row["eff. 95% CI"] = eff.value, _interval(eff, ".2f")
+                _keep(iv, engine, workers, "efficiency", eff)
+            nosync = _ok(twins[(twins["engine"] == engine) & (twins["workers"] == workers)])
+            if workers > 1 and len(nosync):
+                # share of the compute-only throughput lost to unhidden communication
+                ratio = stats.ratio(tp, nosync["throughput"].tolist())
+                _keep(
+                    iv,
+                    engine,
+                    workers,
+                    "twin samples/s",
+                    stats.estimate(nosync["throughput"].tolist()),
+                )
+                _keep(iv, engine, workers, "comm %", _lost_share(ratio))
+                share = f"{1 - ratio.value:.0%}"
+                if ratio.low is not None and ratio.high is not None:
+                    share += f" [{1 - ratio.high:.0%}, {1 - ratio.low:.0%}] n={ratio.n}"
+                else:
+                    share += f" {stats.TOO_FEW} (n={ratio.n})"
+                row["comm %"] = share
+        rows.append(row)
+    return pd.DataFrame(rows).sort_values(["workers", "engine"]).reset_index(drop=True)
+
+
+def _rank_rows(gdf: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for (engine, workers), cell in _ok(gdf).groupby(["engine", "workers"]):
+        # per run: its slowest, median and fastest rank; the table shows medians over runs
+        ranks = [(min(r), float(np.median(r)), max(r)) for r in cell["rank_throughput"] if r]
+        lo, mid, hi = (
+            (np.array(col, dtype=float) for col in zip(*ranks, strict=True))
+            if ranks
+            else (np.array([]),) * 3
+        )
+        p50, p95 = cell["step_p50"].dropna(), cell["step_p95"].dropna()
+        rows.append(
+            {
+                "engine": engine,
+                "workers": int(workers),
+                "rank min/s": float(np.median(lo)) if lo.size else np.nan,
+                "rank median/s": float(np.median(mid)) if mid.size else np.nan,
+                "rank max/s": float(np.median(hi)) if hi.size else np.nan,
+                # medians over runs of each run's own step-time percentiles
+                "step p50 ms": float(p50.median() * 1e3) if len(p50) else np.nan,
+                "step p95 ms": float(p95.median() * 1e3) if len(p95) else np.nan,
+                # building a step's batch (augmentation included), outside the timed loop
+                "input ms": float(cell["input_ms"].median()),
+                # achieved compute: median throughput x training FLOPs per sample
+                "GFLOP/s": float(cell["throughput"].median() * cell["train_flops"].iloc[0] / 1e9),
+                "peak RSS MB": float(cell["peak_rss_mb"].max()),
+                "CPU util": float(cell["cpu_util"].mean()),
+                "contended": _contended(cell),
+            }
+        )
+    return (
+        pd.DataFrame(rows).sort_values(["workers", "engine"]).reset_index(drop=True)
+        if rows
+        else pd.DataFrame()
+    )
+
+
+def _loss_trajectory(runs: pd.Series) -> str:
+    """Mean training loss over runs at the first, middle and last step: how the runs
+    descended, so variants that reduce differently (e.g. Adasum vs averaging) compare."""
+    curves = [np.asarray(c, dtype=float) for c in runs if len(c)]
+    n = min((len(c) for c in curves), default=0)
+    if not n:
+        return "-"
+    mean = np.mean([c[:n] for c in curves], axis=0)
+    return " / ".join(f"{mean[i]:.4g}" for i in (0, n // 2, n - 1))
+
+
+def _accuracy_rows(gdf: pd.DataFrame, target: float) -> pd.DataFrame:
+    ok = _ok(gdf)
+    rows = []
+    for (engine, workers), cell in ok.groupby(["engine", "workers"]):
+        acc = cell["final_accuracy"].astype(float)
+        same_w = ok[ok["workers"] == workers]
+        others = same_w[same_w["engine"] != engine]["final_accuracy"].astype(float)
+        # seed-to-seed variation: spread within each engine, pooled
+        within = [
+            g["final_accuracy"].astype(float).std(ddof=1)
+            for _, g in same_w.groupby("engine")
+            if len(g) > 1
+        ]
+        sd = float(np.sqrt(np.mean(np.square(within)))) if within else np.nan
+        if others.empty:
+            parity = "-"
+        elif np.isnan(sd):
+            parity = "n/a (1 run)"
+        else:
+            gap = float(acc.mean() - others.mean())
+            parity = f"{gap:+.2%}" + (
+                " FLAG" if abs(gap) > max(PARITY_SDS * sd, PARITY_FLOOR) else " ok"
+            )
+        ttt = cell["time_to_target"].dropna()
+        rows.append(
+            {
+                "engine": engine,
+                "workers": int(workers),
+                "runs": len(cell),
+                "accuracy": float(acc.mean()),
+                "acc. sd": float(acc.std(ddof=1)) if len(acc) > 1 else np.nan,
+                f"time to {target:.0%} s": float(ttt.median()) if len(ttt) else np.nan,
+                "reached": f"{len(ttt)}/{len(cell)}",
+                "parity vs others": parity,
+                "train loss start/mid/end": _loss_trajectory(cell["step_losses"]),
+            }
+        )
+    return (
+        pd.DataFrame(rows).sort_values(["workers", "engine"]).reset_index(drop=True)
+        if rows
+        else pd.DataFrame()
+    )
+
+
+def _head_to_head_rows(gdf: pd.DataFrame, iv: list[dict[str, Any]]) -> pd.DataFrame:
+    rows = []
+    for workers, same_w in _ok(gdf).groupby("workers"):
+        by_engine = {e: g["throughput"].tolist() for e, g in same_w.groupby("engine")}
+        flagged = {e: _contended(g) for e, g in same_w.groupby("engine")}
+        best = max(by_engine, key=lambda e: float(np.median(by_engine[e])))
+        for engine, tp in sorted(by_engine.items()):
+            est = stats.ratio(tp, by_engine[best])
+            _keep(iv, engine, workers, "vs fastest", est)
+            if engine == best:
+                verdict = "fastest"
+            elif est.high is None:
+                verdict = stats.TOO_FEW  # fewer than stats.MIN_RUNS on a side: no verdict
+            else:
+                verdict = "slower (significant)" if est.high < 1.0 else "not significant"
+            rows.append(
+                {
+                    "workers": int(workers),
+                    "engine": engine,
+                    "vs fastest": est.value,
+                    "95% CI": _interval(est, ".2f"),
+                    "verdict": verdict,
+                    "contended": flagged[engine],
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def _notes(gdf: pd.DataFrame, others: pd.DataFrame) -> list[str]:
+    """What a reader must know besides the tables: parity, settings, flagged runs."""
+    ok = _ok(gdf)
+    notes = [*_fingerprint_notes(ok), *_maths_notes(ok), *knob_table.table(ok)]
+    over = gdf[gdf["oversubscribed"].astype(bool)]
+    if not over.empty:
+        cells = sorted(
+            {f"{e} np={w}: {b}" for e, w, b in over[["engine", "workers", "cpu_budget"]].values}
+        )
+        notes.append(
+            "WARNING: oversubscribed (more worker threads than usable CPUs; the timings "
+            "measure CPU contention): " + "; ".join(cells)
+        )
+    absent = gdf[gdf["status"] == Status.UNAVAILABLE]
+    for engine, rows in absent.groupby("engine"):
+        notes.append(
+            f"unavailable: {engine} not installed where it ran, {len(rows)} run(s) recorded "
+            f"without launching: {_first_line(rows['error'].iloc[0], 'no reason given')}"
+        )
+    if not ok.empty and ok["contended"].any():
+        notes.append(
+            f"WARNING: {int(ok['contended'].sum())} of {len(ok)} runs were measured while other "
+            "processes used the CPUs (column 'contended'): their throughput is understated, "
+            "and not equally for every engine; rerun them on a quiet machine"
+        )
+    for _, bad in gdf[~gdf["status"].isin(_NOT_FAILED)].iterrows():
+        notes.append(
+            f"{bad['status']}: {bad['engine']} np={bad['workers']} ({bad['source']}): "
+            f"{_first_line(bad['error'], 'no error text')}"
+        )
+    return notes + _protocol_notes(gdf, others)
+
+
+def _first_line(text: str | None, default: str) -> str:
+    lines = (text or "").strip().splitlines()[:1]
+    return lines[0] if lines else default
+
+
+def _fingerprint_notes(ok: pd.DataFrame) -> list[str]:
+    if ok.empty:
+        return []
+    notes = []
+    for column, what, keys in (
+        ("init_fp", "initial-weight fingerprints", ["seed"]),
+        ("data_fp", "data-order fingerprints", ["workers", "seed"]),
+    ):
+        for _, g in ok.groupby(keys):
+            if g[column].nunique() > 1:
+                detail = ", ".join(
+                    f"{e}={fp}" for e, fp in g.groupby("engine")[column].first().items()
+                )
+                notes.append(f"WARNING: {what} differ between engines ({detail}): not comparable")
+                break
+    if ok["init_fp"].nunique() == 1:
+        notes.append(
+            f"initial weights identical across engines (fingerprint {ok['init_fp'].iloc[0]})"
+        )
+    return notes
+
+
+def _maths_notes(ok: pd.DataFrame) -> list[str]:
+    if ok.empty:
+        return []
+    if ok["math"].nunique() > 1:
+        detail = "; ".join(
+            f"{e}: {' | '.join(sorted(m.unique()))}" for e, m in ok.groupby("engine")["math"]
+        )
+        return [f"WARNING: fp32 maths differ between runs ({detail}): not comparable"]
+    return [f"fp32 maths identical across engines: {ok['math'].iloc[0]}"]
+
+
+PROTOCOLS = {
+    1: "each step synchronised and timed alone",
+    2: "steps timed in windows, one synchronisation each",
+}
+
+
+def _protocol_notes(gdf: pd.DataFrame, others: pd.DataFrame) -> list[str]:
+    """Why runs of the same spec, machine and libraries are not in this comparison: they
+    were timed under another measurement protocol, and timings of two protocols are
+    never compared (bench/measure/window.py PROTOCOL_VERSION)."""
+    mine = int(gdf["protocol"].iloc[0])
+    apart = others[others["any_protocol"] == gdf["any_protocol"].iloc[0]]
+    apart = apart[apart["protocol"] != mine]
+    out = []
+    for version, rows in apart.groupby("protocol"):
+        out.append(
+            f"apart: {len(rows)} run(s) of this spec on this machine were timed under "
+            f"measurement protocol {version} ({PROTOCOLS.get(int(version), 'unknown')}); "
+            f"these under protocol {mine} ({PROTOCOLS.get(mine, 'unknown')}): never compared"
+        )
+    return out
+
+
+def compare(recs: Iterable[LoadedRecord], target: float = DEFAULT_TARGET) -> list[Comparison]:
+    """One comparison per distinct synchronised spec (seed aside), sorted by title."""
+    df = frame(recs, target)
+    if df.empty:
+        return []
+    out = []
+    synced = df[df["grad_sync"].astype(bool)]
+    twins_all = df[~df["grad_sync"].astype(bool)]
+    for group, gdf in synced.groupby("group", sort=False):
+        twins = twins_all[twins_all["group"] == gdf["twin_group"].iloc[0]]
+        iv: list[dict[str, Any]] = []
+        sections = {
+            "throughput": _throughput_rows(gdf, twins, iv),
+            "per rank": _rank_rows(gdf),
+            "accuracy": _accuracy_rows(gdf, target),
+            "head to head": _head_to_head_rows(gdf, iv),
+        }
+        _flag_oversubscribed(sections, gdf)
+        notes = _notes(gdf, synced)
+        if len(twins):
+            notes.append(f"comm %: from {len(twins)} compute-only twin run(s) (grad_sync=false)")
+        out.append(
+            Comparison(
+                str(gdf["title"].iloc[0]),
+                str(group),
+                sections,
+                notes,
+                machine=str(gdf["machine"].iloc[0]),
+                libraries=libraries_text(json.loads(gdf["libraries"].iloc[0])),
+                run_ids=[str(x) for x in pd.concat([gdf["run_id"], twins["run_id"]])],
+                intervals=pd.DataFrame(iv),
+                knobs={
+                    str(e): [json.loads(k) for k in sorted(g.unique())]
+                    for e, g in _ok(gdf).groupby("engine")["knobs"]
+                },
+                knob_table=knob_table.table(_ok(gdf)),
+            )
+        )
+    return sorted(out, key=lambda c: (c.title, c.machine, c.libraries))
+
+
+OVERSUB = "oversubscribed"
+
+
+def _flag_oversubscribed(sections: dict[str, pd.DataFrame], gdf: pd.DataFrame) -> None:
+    """Add an `oversubscribed` column to every table of a group that has such a run."""
+    over = gdf[gdf["oversubscribed"].astype(bool)]
+    if over.empty:
+        return
+    marks = {(e, int(w)): "YES" for e, w in over[["engine", "workers"]].values}
+    for df in sections.values():
+        if df.empty or "engine" not in df or "workers" not in df:
+            continue
+        df[OVERSUB] = [marks.get((e, int(w)), "no") for e, w in df[["engine", "workers"]].values]
+
+
+_FORMATS = {
+    "samples/s": "{:,.0f}",
+    "efficiency": "{:.2f}",
+    "accuracy": "{:.2%}",
+    "acc. sd": "{:.2%}",
+    "rank min/s": "{:,.0f}",
+    "rank median/s": "{:,.0f}",
+    "rank max/s": "{:,.0f}",
+    "step p50 ms": "{:.2f}",
+    "GFLOP/s": "{:.2f}",
+    "step p95 ms": "{:.2f}",
+    "input ms": "{:.2f}",
+    "peak RSS MB": "{:,.0f}",
+    "CPU util": "{:.2f}",
+    "vs fastest": "{:.2f}",
+}
+
+
+def formatted(df: pd.DataFrame) -> pd.DataFrame:
+    """Numbers as display strings; missing values as '-'."""
+    shown = df.copy()
+    for col in shown.columns:
+        fmt = _FORMATS.get(col) or ("{:.2f}" if col.startswith("time to") else None)
+        if fmt:
+            shown[col] = shown[col].map(lambda v, f=fmt: "-" if pd.isna(v) else f.format(v))
+    return shown.fillna("-")

@@ -1,0 +1,242 @@
+"""From records on disk to one table of runs: the frame every comparison is drawn from.
+
+Records are grouped by their spec minus the seed, their machine (CPU model and
+count, GPUs), their library versions and the measurement protocol that timed
+them: one comparison covers only runs that were asked to do the same thing on
+the same hardware and software, timed the same way, so no median pools two
+machines or two protocols. Every number is computed from records that `bench
+compare --sources` lists, so each can be traced to a line of a results file.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from bench import records
+from bench.contract.identity import GROUP_FIELDS_V1, canonical
+from bench.core import machine
+from bench.core.units import format_rate
+from bench.records import Kind, LoadedRecord, RunRecord, Status
+from bench.records.types import Epoch, Spec
+
+# Spec fields that may differ between the runs of one comparison.
+VARYING = ("seed",)
+DEFAULT_TARGET = 0.95
+
+
+def group_key(spec: Mapping[str, Any], *context: str, protocol: int = 1) -> str:
+    """Short hash of a spec minus its seed, plus `context` (machine, libraries) when given.
+
+    The spec is normalised first (`spec.canonical`), so a field added to RunSpec at its
+    default does not split a group; records of another measurement protocol than the
+    first get a group of their own (version 1 hashes as before the version existed).
+    """
+    # The seed is left out first, so that a sweep's records share one cached key
+    # (compare computes three keys per record; 10,000 records would hash 30,000 specs).
+    same = tuple((k, type(v).__name__, v) for k, v in sorted(spec.items()) if k not in VARYING)
+    try:
+        return _group_key(same, context, protocol)
+    except TypeError:  # an unhashable value (lists in a damaged record): hashed uncached
+        return _group_key.__wrapped__(same, context, protocol)
+
+
+@functools.lru_cache(maxsize=4096)
+def _group_key(
+    same: tuple[tuple[str, str, Any], ...], context: tuple[str, ...], protocol: int
+) -> str:
+    spec = {k: v for k, _, v in same}
+    fixed = {k: v for k, v in canonical(spec, GROUP_FIELDS_V1).items() if k not in VARYING}
+    if protocol not in (0, 1):  # 0: any protocol; version 1 hashes as before versions
+        context = (*context, f"protocol {protocol}")
+    text = json.dumps([fixed, *context] if context else fixed, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def libraries_text(libraries: Mapping[str, Any]) -> str:
+    """'numpy 2.1.0, torch 2.5.1': the versions a comparison's records share."""
+    return ", ".join(f"{k} {v}" for k, v in sorted(libraries.items())) or "versions not recorded"
+
+
+def _context(r: RunRecord) -> tuple[str, str]:
+    """(machine, library versions as JSON): what one comparison never pools."""
+    env = r.get("env") or {}
+    return machine.machine_key(env), json.dumps(env.get("libraries", {}), sort_keys=True)
+
+
+def comparison_key(r: RunRecord) -> str:
+    """The comparison a record belongs to: its spec minus the seed, on its machine with
+    its library versions, under its measurement protocol (`group_key`)."""
+    return group_key(r.get("spec") or {}, *_context(r), protocol=records.protocol_version(r))
+
+
+def finished(recs: Iterable[LoadedRecord], kind: Kind = Kind.TRAIN) -> list[LoadedRecord]:
+    """The runs of `kind` (a record without one is a training run) that finished with
+    status ok: the runs whose numbers a table or an export measures."""
+    return [r for r in recs if r.get("kind", Kind.TRAIN) == kind and r.get("status") == Status.OK]
+
+
+def synced_ok(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of `frame` that finished and averaged gradients (not compute-only twins)."""
+    return df[(df["status"] == Status.OK) & df["grad_sync"].astype(bool)]
+
+
+def oversubscription(r: RunRecord) -> tuple[bool, str]:
+    """(oversubscribed?, 'W workers x T threads > C CPUs') for a record.
+
+    Records written before runners computed it are judged from the machine's CPU
+    count (marked 'inferred'); multi-node ones are not judged.
+    """
+    budget: Mapping[str, Any] = r.get("cpu_budget") or {}
+    if "oversubscribed" in r and budget:
+        w, t, c = (budget.get(k) for k in ("workers_on_host", "threads_per_worker", "usable_cpus"))
+        return bool(r["oversubscribed"]), f"{w} workers x {t} threads > {c} CPUs"
+    cpus = (r.get("env") or {}).get("cpu_count")
+    threads = (r.get("spec") or {}).get("threads") or 1
+    workers = r.get("world_size") or 1
+    if not cpus or (r.get("nodes") or 1) > 1:
+        return False, ""
+    return (
+        workers * threads > cpus,
+        f"{workers} workers x {threads} threads > {cpus} CPUs (inferred)",
+    )
+
+
+def _title(spec: Spec) -> str:
+    batch = "per worker" if spec.get("scaling") == "weak" else "global"
+    steps = f"{spec.get('epochs')} epochs" + (
+        f" (max {spec['max_steps']} steps)" if spec.get("max_steps") else ""
+    )
+    return (
+        f"{spec.get('model')} on {spec.get('dataset')} | {spec.get('scaling')} scaling, "
+        f"batch {spec.get('batch_size')} {batch} | {spec.get('optimizer')} lr {spec.get('lr')} "
+        f"({spec.get('lr_rule')}, {spec.get('lr_schedule')}) | {steps} | "
+        f"threads {spec.get('threads')} | {spec.get('device')} {spec.get('precision')}"
+    )
+
+
+def time_to_target(epochs: list[Epoch], target: float) -> float | None:
+    """Training seconds (slowest rank, evaluation excluded) until test accuracy >= target."""
+    elapsed = 0.0
+    for e in epochs:
+        elapsed += float(e.get("train_time_s") or 0.0)
+        if (e.get("test_accuracy") or 0.0) >= target:
+            return elapsed
+    return None
+
+
+def variant(r: RunRecord) -> str:
+    """The engine as compare names it: `horovod[mpi]` for Horovod's MPI controller (the one
+    that ran, from knobs), then every other option that changes training, `[key=value]`."""
+    options = dict(r.get("engine_options") or {})
+    controller = (r.get("knobs") or {}).get("controller") or options.get("controller")
+    options.pop("controller", None)
+    return (
+        str(r.get("engine"))
+        + (f"[{controller}]" if controller not in (None, "gloo") else "")
+        + "".join(f"[{k}={v}]" for k, v in sorted(options.items()))
+    )
+
+
+def link_suffix(r: RunRecord) -> str:
+    """'/200mbit' for a run over an emulated link (its own variant), else ''."""
+    link = r.get("link")
+    if not isinstance(link, dict) or not isinstance(link.get("rate_bps"), int):
+        return ""
+    return "/" + format_rate(link["rate_bps"]) + ("" if link.get("emulated") else " link")
+
+
+def frame(recs: Iterable[LoadedRecord], target: float = DEFAULT_TARGET) -> pd.DataFrame:
+    """One row per training record with the columns the reports use."""
+    return pd.DataFrame([_row(r, target) for r in recs if r.get("kind", Kind.TRAIN) == Kind.TRAIN])
+
+
+def _row(r: LoadedRecord, target: float) -> dict[str, Any]:
+    spec = r.get("spec") or {}
+    fps = r.get("fingerprints") or {}
+    res = r.get("resources") or {}
+    flops: Mapping[str, Any] = r.get("flops_per_sample") or {}
+    machine, libraries = _context(r)
+    oversub, budget = oversubscription(r)
+    engine = variant(r)
+    protocol = records.protocol_version(r)
+    return {
+        "run_id": r.get("run_id"),
+        "source": r.get("_source"),
+        "status": r.get("status"),
+        # a multi-node run is its own variant: same workers, different network
+        "engine": engine
+        + (f"@{r['nodes']}nodes" if (r.get("nodes") or 1) > 1 else "")
+        + link_suffix(r),
+        "single_node_engine": engine,  # what its efficiency is measured against
+        "workers": r.get("world_size"),
+        "model": spec.get("model"),
+        "dataset": spec.get("dataset"),
+        "seed": spec.get("seed"),
+        "grad_sync": spec.get("grad_sync", True),
+        "group": comparison_key(r),
+        "twin_group": group_key(
+            {**spec, "grad_sync": False}, machine, libraries, protocol=protocol
+        ),
+        # the same spec on any machine (BASE/NEW)
+        "spec_group": group_key(spec, protocol=protocol),
+        # the same spec, machine and libraries under any protocol (to say why apart)
+        "any_protocol": group_key(spec, machine, libraries, protocol=0),
+        "spec_any_protocol": group_key(spec, protocol=0),
+        "protocol": protocol,
+        "title": _title(spec),
+        "throughput": r.get("throughput"),
+        # other processes used the CPUs while it was timed (bench/measure/contention.py)
+        "contended": bool(r.get("contended")),
+        "train_flops": flops.get("train") or np.nan,
+        "rank_throughput": r.get("per_rank_throughput") or [],
+        # per-run step-time quantiles over every rank's timed steps (from the record's
+        # arrays, or from its summary: records.summarise)
+        **_step_quantiles(r),
+        "final_accuracy": r.get("final_accuracy"),
+        "step_losses": r.get("step_losses") or [],
+        "time_to_target": time_to_target(r.get("epochs") or [], target),
+        "peak_rss_mb": max(res.get("peak_rss_mb") or [np.nan]),
+        "input_ms": max((r.get("input_pipeline") or {}).get("ms_per_step") or [np.nan]),
+        "cpu_util": float(np.mean(res.get("cpu_utilisation") or [np.nan])),
+        "init_fp": fps.get("init_weights"),
+        "data_fp": fps.get("data_order"),
+        "machine": machine,
+        "libraries": libraries,
+        "oversubscribed": oversub,
+        "cpu_budget": budget,
+        "knobs": json.dumps(r.get("knobs", {}), sort_keys=True),
+        "math": _math(r.get("knobs") or {}),
+        "error": r.get("error"),
+    }
+
+
+MATH_KEYS = ("tf32_matmul", "tf32_conv", "cudnn_benchmark", "cudnn_deterministic")
+
+
+def _math(knobs: dict[str, Any]) -> str:
+    """How fp32 maths ran (TF32, cuDNN modes), in words, from a record's `math` knobs."""
+    math = knobs.get("math")
+    if not isinstance(math, dict):
+        return "not recorded"
+    words = [f"{k.replace('_', ' ')} {'on' if math.get(k) else 'off'}" for k in MATH_KEYS]
+    if math.get("nvidia_tf32_override") is not None:
+        words.append(f"NVIDIA_TF32_OVERRIDE={math['nvidia_tf32_override']}")
+    return ", ".join(words)
+
+
+def _step_quantiles(r: LoadedRecord) -> dict[str, float]:
+    q = r.get("step_time_quantiles")
+    if q is None:
+        steps = [t for rank in r.get("step_times_s") or [] for t in rank]
+        if not steps:
+            return {"step_p50": np.nan, "step_p95": np.nan}
+        p50, p95 = np.percentile(np.asarray(steps, dtype=float), [50, 95])
+        return {"step_p50": float(p50), "step_p95": float(p95)}
+    return {"step_p50": float(q["p50"]), "step_p95": float(q["p95"])}

@@ -1,0 +1,187 @@
+"""Comparisons as a reader gets them: text, Markdown, CSV, JSON (numbers kept as numbers)
+or the HTML report, with the model predictions and collective tables shown apart."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from bench.analysis import busbw, html, predict
+from bench.analysis.compare import Comparison, compare, formatted
+from bench.records import Loaded
+
+FORMATS = ("text", "markdown", "csv", "json", "html")
+SUFFIX = {"text": "txt", "markdown": "md", "csv": "csv", "json": "json", "html": "html"}
+
+
+def render_text(comp: Comparison) -> str:
+    """One comparison as plain text: title, machine, every table, then the notes."""
+    lines = [
+        comp.title,
+        f"machine: {comp.machine} | {comp.libraries} (comparison {comp.group})",
+    ]
+    for name, section in comp.sections.items():
+        if section.empty:
+            continue
+        lines += ["", f"  {name}:", formatted(section).to_string(index=False)]
+    lines += [""] + [f"  {n}" for n in comp.notes]
+    return "\n".join(lines)
+
+
+# --- numbers for json and csv ---------------------------------------------------------
+
+# The tables' display-only interval columns, and the metric (in `intervals`) each shows.
+_INTERVAL_COLUMNS = {
+    ("throughput", "95% CI"): "samples/s",
+    ("throughput", "eff. 95% CI"): "efficiency",
+    ("head to head", "95% CI"): "vs fastest",
+}
+_KEYS = ("engine", "workers")
+
+
+def _plain(value: Any) -> Any:
+    """A cell as data: numbers as numbers, missing (NaN, None, the tables' '-') as None."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is None or value == "-" or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return value
+
+
+def numeric_rows(comp: Comparison, section: str) -> list[dict[str, Any]]:
+    """One table of `comp` with numbers kept as numbers, for json and csv.
+
+    Each interval becomes `METRIC low`, `METRIC high` and `METRIC n` beside the
+    metric's value (the display column '95% CI' is dropped; comm % is a share
+    0..1 with its interval); missing values are None, never '-'.
+    """
+    df = comp.sections[section]
+    iv = comp.intervals
+    lookup: dict[tuple[str, int, str], dict[str, Any]] = {}
+    if not iv.empty:
+        for row in iv.to_dict("records"):
+            lookup[str(row["engine"]), int(row["workers"]), str(row["metric"])] = row
+    shown = {col: m for (sec, col), m in _INTERVAL_COLUMNS.items() if sec == section}
+    out = []
+    for row in df.to_dict("records"):
+        item: dict[str, Any] = {}
+        for col, value in row.items():
+            if col in shown:
+                continue
+            found = (
+                lookup.get((str(row["engine"]), int(row["workers"]), str(col)))
+                if all(k in row for k in _KEYS) and col not in _KEYS
+                else None
+            )
+            if found is None:
+                item[col] = _plain(value)
+                continue
+            item[col] = _plain(found["value"])
+            for end in ("low", "high", "n"):
+                item[f"{col} {end}"] = _plain(found[end])
+        out.append(item)
+    return out
+
+
+def long_table(comps: Iterable[Comparison]) -> pd.DataFrame:
+    """Every table of every comparison as one long table (csv): one row per
+    (comparison, section, engine, workers, metric) with numeric value, low, high and n,
+    or `text` for a non-numeric cell (a verdict, 'k/n' counts); missing cells empty."""
+    rows = []
+    for comp in comps:
+        for section in comp.sections:
+            for item in numeric_rows(comp, section):
+                for col, value in item.items():
+                    if col in _KEYS or col.endswith((" low", " high", " n")):
+                        continue
+                    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+                    rows.append(
+                        {
+                            "comparison": comp.title,
+                            "group": comp.group,
+                            "machine": comp.machine,
+                            "section": section,
+                            "engine": item.get("engine"),
+                            "workers": item.get("workers"),
+                            "metric": col,
+                            "value": value if number else None,
+                            "low": item.get(f"{col} low"),
+                            "high": item.get(f"{col} high"),
+                            "n": item.get(f"{col} n"),
+                            "text": None if number or value is None else str(value),
+                        }
+                    )
+    columns = ["comparison", "group", "machine", "section", "engine", "workers", "metric"]
+    columns += ["value", "low", "high", "n", "text"]
+    table = pd.DataFrame(rows, columns=columns)
+    for col in ("workers", "n"):
+        table[col] = table[col].astype("Int64")
+    return table
+
+
+def render(
+    loaded: Loaded, fmt: str, target: float, figures: list[bytes] | None = None
+) -> str | None:
+    """The comparison of `loaded` in one format; None when nothing is comparable.
+
+    For html, the figures' PNG bytes are appended to `figures` when it is given.
+    """
+    comps = compare(loaded.records, target)
+    coll = busbw.tables(loaded.records)
+    predicted = predict.render_text(loaded.records)  # model figures, shown apart
+    if not comps and not coll and not predicted:
+        return None
+    if fmt == "html":
+        page = html.build(loaded.records, loaded.problems, target)
+        if figures is not None:
+            figures.extend(page.figures)
+        return page.html
+    if fmt == "json":
+        return _json(comps)
+    if fmt == "csv":  # one long table, numbers as numbers (pandas.read_csv reads it)
+        return long_table(comps).to_csv(index=False)
+    if fmt == "markdown":
+        return _markdown(comps, loaded)
+    out = [render_text(c) + "\n" for c in comps]
+    if coll:
+        out.append(busbw.render_text(coll) + "\n")
+    if predicted:
+        out.append(predicted + "\n")
+    return "\n".join(out)
+
+
+def _json(comps: list[Comparison]) -> str:
+    data = [
+        {
+            "title": c.title,
+            "group": c.group,
+            "machine": c.machine,
+            "libraries": c.libraries,
+            "sections": {n: numeric_rows(c, n) for n in c.sections},
+            "notes": [n for n in c.notes if n not in c.knob_table],
+            "knobs": c.knobs,
+        }
+        for c in comps
+    ]
+    return json.dumps(data, indent=1)
+
+
+def _markdown(comps: list[Comparison], loaded: Loaded) -> str:
+    out = []
+    for c in comps:
+        out.append(f"### {c.title}\n\nmachine: {c.machine} | {c.libraries}\n")
+        for name, df in c.sections.items():
+            if not df.empty:
+                out.append(f"**{name}**\n\n{formatted(df).to_markdown(index=False)}\n")
+        out.append("\n".join(f"- {n}" for n in c.notes if n not in c.knob_table) + "\n")
+        if c.knob_table:
+            out.append("```\n" + "\n".join(c.knob_table) + "\n```\n")
+    if predict.render_text(loaded.records):
+        table = predict.table(loaded.records).to_markdown(index=False)
+        out.append(f"### Model predictions (not measurements)\n\n{predict.CAPTION}\n\n{table}\n")
+    return "\n".join(out)

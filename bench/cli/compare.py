@@ -1,0 +1,168 @@
+"""`bench compare`: the comparison tables of result records, or the change from BASE to NEW."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from bench import records
+from bench.analysis import frame, regress, render
+from bench.cli.common import DEFAULT_TARGET, EXIT_BAD_INPUT, report_skipped, write_file
+from bench.core.errors import CheckError
+
+DESCRIPTION = (
+    "Tables over every record under PATHS (results/reference/ only when named), one "
+    "comparison per spec, machine, library versions and measurement protocol; or, with "
+    "--base and --new, the change of each cell between two result sets."
+)
+SOURCES = ["group", "engine", "workers", "seed", "grad_sync", "status", "throughput"]
+SOURCES += ["final_accuracy", "source"]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "paths",
+        nargs="*",
+        help="result files or directories for the tables (default: results/); a "
+        "reference/ folder below a named directory is read only when named itself",
+    )
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="also write the report to DIR/report.<format> (html: one file); "
+        "BASE NEW: DIR/diff.<format>",
+    )
+    p.add_argument(
+        "--base", metavar="PATH", help="regression mode: the result set to compare against"
+    )
+    p.add_argument("--new", metavar="PATH", help="regression mode: the result set to check")
+    p.add_argument(
+        "--fail",
+        action="append",
+        default=[],
+        metavar="METRIC:N%",
+        help="with --base/--new: exit 1 when METRIC got significantly worse by more than N%% "
+        "(throughput, accuracy, step_p50, peak_rss; repeatable)",
+    )
+    p.add_argument(
+        "--min-effect",
+        type=float,
+        default=None,
+        help="with --base/--new: smallest relative change called significant (default: 0.03)",
+    )
+    p.add_argument("--format", choices=render.FORMATS, default="text")
+    p.add_argument(
+        "--target-accuracy",
+        type=float,
+        default=DEFAULT_TARGET,
+        help=f"accuracy for the time-to-target column (default: {DEFAULT_TARGET})",
+    )
+    p.add_argument(
+        "--sources", action="store_true", help="list the record (file:line) behind every run"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.base is not None or args.new is not None:
+        if args.base is None or args.new is None:
+            print("error: regression mode needs both --base PATH and --new PATH", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        if args.paths:
+            print(
+                f"error: give the result sets as --base/--new only, not also as paths "
+                f"({' '.join(args.paths)})",
+                file=sys.stderr,
+            )
+            return EXIT_BAD_INPUT
+        return _diff(args)
+    if args.fail or args.min_effect is not None:
+        option = "--fail" if args.fail else "--min-effect"
+        print(f"error: {option} needs --base PATH and --new PATH", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if len(args.paths) == 2:
+        # Two paths used to switch to BASE/NEW mode; now it is explicit.
+        print(
+            "note: two paths are shown as one set of tables; for the change from one to the "
+            f"other use `bench compare --base {args.paths[0]} --new {args.paths[1]}`",
+            file=sys.stderr,
+        )
+    paths = args.paths or ["results"]
+    return print_tables(paths, args.format, args.sources, args.target_accuracy, args.out)
+
+
+def print_tables(
+    paths: Sequence[str],
+    fmt: str,
+    sources: bool,
+    target: float = DEFAULT_TARGET,
+    out_dir: str | None = None,
+) -> int:
+    """Print the comparison of the records under `paths` (and write it under `out_dir`)."""
+    # Tables need no per-step arrays: read cached summaries; the html report plots them.
+    loaded = records.load(paths) if fmt == "html" else records.load_summaries(paths)
+    report_skipped(loaded)
+    figures: list[bytes] = []
+    text = render.render(loaded, fmt, target, figures)
+    if text is None:
+        print(
+            f"no readable records under {', '.join(paths)}; run `bench run` or a runner first",
+            file=sys.stderr,
+        )
+        return 1
+    if out_dir:
+        status = write_file(Path(out_dir) / f"report.{render.SUFFIX[fmt]}", text, figures)
+        if status:
+            return status
+    if fmt != "html" or not out_dir:
+        print(text)
+    if sources:
+        df = frame.frame(loaded.records)
+        print(df[SOURCES].sort_values(SOURCES[:5]).to_string(index=False))
+    print(f"{len(loaded.records)} records read, {len(loaded.problems)} skipped", file=sys.stderr)
+    return 0
+
+
+def _diff(args: argparse.Namespace) -> int:
+    try:
+        checks = [regress.RegressionCheck.parse(f) for f in args.fail]
+    except CheckError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.format == "html":  # refused, not silently ignored
+        print(
+            "error: --format html draws one set's tables; --base/--new writes text, markdown, "
+            "csv or json (one HTML report over both: bench compare BASE NEW --format html)",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
+    sets = []
+    for path in (args.base, args.new):
+        loaded = records.load_summaries([path])
+        report_skipped(loaded)
+        sets.append(loaded.records)
+    min_effect = regress.DEFAULT_MIN_EFFECT if args.min_effect is None else args.min_effect
+    df = regress.diff(sets[0], sets[1], min_effect)
+    apart = regress.protocols_apart(sets[0], sets[1])
+    if apart and not df.empty:
+        print(f"note: {apart}", file=sys.stderr)
+    if df.empty:
+        why = regress.why_unmatched(sets[0], sets[1])
+        print(f"no cell is present in both {args.base} and {args.new}{why}", file=sys.stderr)
+        return 1
+    if args.format == "json":
+        text = df.to_json(orient="records", indent=1) + "\n"
+    elif args.format == "csv":
+        text = df.to_csv(index=False)
+    else:
+        text = regress.render(df, markdown=args.format == "markdown") + "\n"
+    print(text, end="")
+    if args.out:
+        status = write_file(Path(args.out) / f"diff.{render.SUFFIX[args.format]}", text)
+        if status:
+            return status
+    failures = [msg for row in df.to_dict("records") for c in checks if (msg := c.fails(row))]
+    for msg in failures:
+        print(f"REGRESSION: {msg}", file=sys.stderr)
+    return 1 if failures else 0

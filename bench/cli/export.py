@@ -1,0 +1,34 @@
+"""`bench export`: records in another tool's format (pytest-benchmark JSON)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from bench import records
+from bench.analysis import export
+from bench.cli.common import EXIT_BAD_INPUT, report_skipped
+
+DESCRIPTION = "Write the training records under PATHS in another tool's format."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="*", default=["results"], help="result files or directories")
+    p.add_argument(
+        "--pytest-benchmark",
+        metavar="FILE",
+        required=True,
+        help="pytest-benchmark JSON, readable by `pytest-benchmark compare FILE`",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    loaded = records.load(args.paths)
+    report_skipped(loaded)
+    try:
+        n = export.write(loaded.records, args.pytest_benchmark)
+    except OSError as exc:
+        print(f"error: cannot write {args.pytest_benchmark}: {exc.strerror}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(f"wrote {n} benchmarks to {args.pytest_benchmark}", file=sys.stderr)
+    return 0 if n else 1

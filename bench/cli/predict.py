@@ -1,0 +1,180 @@
+"""`bench predict`: each engine's scaling modelled from measured records (predictions,
+written as records of kind 'prediction', which compare shows apart)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from bench import records
+from bench.analysis import predict
+from bench.cli.common import EXIT_BAD_INPUT
+from bench.core.errors import BenchError, PredictError
+from bench.core.units import format_rate, parse_rate
+
+DESCRIPTION = (
+    "Fit, per engine and model, a model of step time (compute-only step time, ring "
+    "all-reduce cost from bench collectives on the same link, the overlap measured) and "
+    "predict throughput and efficiency at other worker counts and link rates. Writes "
+    "records of kind 'prediction', which compare shows apart."
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="*", default=["results"], help="result files or directories")
+    p.add_argument("--workers", default="8,64,512", help="worker counts to predict, comma list")
+    p.add_argument("--link", help="link rate to predict on, e.g. 25gbit (default: the fitted link)")
+    p.add_argument("--fit-link", help="fit only runs over this emulated link rate, e.g. 500mbit")
+    p.add_argument("--engines", help="comma list of engines to fit (default: all measured)")
+    p.add_argument("--models", help="comma list of models to fit (default: all measured)")
+    p.add_argument(
+        "--compute-ms",
+        type=float,
+        help="per-worker compute-only step time to use instead of the measured one "
+        "(e.g. a GPU's, from the GPU check)",
+    )
+    p.add_argument(
+        "--grad-mb", type=float, help="gradient MB (2^20 bytes) per step instead of the model's"
+    )
+    p.add_argument(
+        "--busbw-fraction",
+        type=float,
+        help="bus bandwidth as a fraction of --link (default: the fraction measured)",
+    )
+    p.add_argument(
+        "--hop-latency-us",
+        type=float,
+        help="latency of one ring step in microseconds (default: measured latency / 2(n-1))",
+    )
+    p.add_argument(
+        "--what-if",
+        metavar="MODEL",
+        help="no records: the ring model alone for MODEL (a label) from stated inputs; needs "
+        "--compute-ms, --grad-mb, --hidden-share, --link, --busbw-fraction, --hop-latency-us",
+    )
+    p.add_argument(
+        "--hidden-share",
+        type=float,
+        help="with --what-if: share of compute under which communication hides "
+        "(0: none; about 0.67: all of the backward pass)",
+    )
+    p.add_argument("--bucket-mb", type=float, default=25.0, help="with --what-if: bucket/fusion MB")
+    p.add_argument(
+        "--batch", type=int, default=32, help="with --what-if: per-worker batch (samples)"
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="with --fit-link: predict every other measured link rate and print the error",
+    )
+    p.add_argument(
+        "--results",
+        default="results",
+        help="where predictions.jsonl is written (default: results/)",
+    )
+    p.add_argument("--no-write", action="store_true", help="print only, write no records")
+
+
+def _positive(value: float | None, flag: str, upper: float | None = None) -> None:
+    if value is not None and not (value > 0 and (upper is None or value <= upper)):
+        bound = f" and <= {upper:g}" if upper is not None else ""
+        raise PredictError(f"{flag} must be > 0{bound}, got {value}")
+
+
+def _names(text: str | None) -> list[str]:
+    return [e.strip() for e in (text or "").split(",") if e.strip()]
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        workers = [int(w) for w in args.workers.split(",") if w.strip()]
+        if not workers or min(workers) < 1:
+            raise ValueError
+    except ValueError:
+        print(f"error: --workers takes integers >= 1, e.g. 8,64,512; got {args.workers!r}",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_BAD_INPUT
+    try:
+        _check_inputs(args)
+        if args.check:
+            return _check(args)
+        return predict.main_predict(
+            args.paths,
+            workers=workers,
+            target=_target(args),
+            results=None if args.no_write else Path(args.results),
+            engines=_names(args.engines),
+            models_=_names(args.models),
+            fit_link_bps=parse_rate(args.fit_link) if args.fit_link else None,
+            argv=["bench", *sys.argv[1:]],
+            given=_what_if(args),
+        )
+    except BenchError as exc:
+        print(f"error: {exc}".replace("--emulate-link: rate", "rate"), file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def _check_inputs(args: argparse.Namespace) -> None:
+    _positive(args.compute_ms, "--compute-ms")
+    _positive(args.grad_mb, "--grad-mb")
+    _positive(args.busbw_fraction, "--busbw-fraction", 1.0)
+    if args.hop_latency_us is not None and args.hop_latency_us < 0:
+        raise PredictError(f"--hop-latency-us must be >= 0, got {args.hop_latency_us}")
+    if args.hidden_share is not None and not args.what_if:
+        raise PredictError("--hidden-share is a --what-if input; runs measure it")
+
+
+def _check(args: argparse.Namespace) -> int:
+    """--check: fit on one link rate, predict every other measured one, print the error."""
+    if not args.fit_link:
+        raise PredictError("--check needs --fit-link RATE, the link to fit on")
+    fit_link = parse_rate(args.fit_link)
+    loaded = records.load(args.paths)
+    df, notes = predict.check(
+        loaded.records, fit_link, engines=_names(args.engines), models_=_names(args.models)
+    )
+    for note in notes:
+        print(f"bench predict: skipped {note}", file=sys.stderr)
+    print(f"fitted on {format_rate(fit_link)}; predicted / measured - 1:")
+    print(predict.render_check(df))
+    return 0 if not df.empty else 1
+
+
+def _target(args: argparse.Namespace) -> predict.Target:
+    return predict.Target(
+        link_rate_bps=parse_rate(args.link) if args.link else None,
+        busbw_fraction=args.busbw_fraction,
+        hop_latency_s=None if args.hop_latency_us is None else args.hop_latency_us * 1e-6,
+        compute_s=None if args.compute_ms is None else args.compute_ms * 1e-3,
+        grad_bytes=None if args.grad_mb is None else args.grad_mb * 2**20,
+    )
+
+
+def _what_if(args: argparse.Namespace) -> predict.Fit | None:
+    """--what-if MODEL: the ring model alone, every input stated."""
+    if not args.what_if:
+        return None
+    needed = {
+        "--compute-ms": args.compute_ms,
+        "--grad-mb": args.grad_mb,
+        "--hidden-share": args.hidden_share,
+        "--link": args.link,
+        "--busbw-fraction": args.busbw_fraction,
+        "--hop-latency-us": args.hop_latency_us,
+    }
+    missing = [flag for flag, value in needed.items() if value is None]
+    if missing:
+        raise PredictError(f"--what-if states every input; give {', '.join(missing)} too")
+    if not 0 <= args.hidden_share <= 1:
+        raise PredictError(f"--hidden-share must be in [0, 1], got {args.hidden_share}")
+    _positive(args.bucket_mb, "--bucket-mb")
+    _positive(args.batch, "--batch")
+    return predict.what_if(
+        args.what_if,
+        compute_s=args.compute_ms * 1e-3,
+        grad_bytes=args.grad_mb * 2**20,
+        bucket_bytes=args.bucket_mb * 2**20,
+        hidden_share=args.hidden_share,
+        per_worker_batch=args.batch,
+    )

@@ -1,0 +1,90 @@
+"""Command-line flags for every field of the run spec, shared by the runners and `bench run`."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import enum
+import typing
+from typing import Any
+
+import models
+from bench.contract.spec import RunSpec
+
+_FLAG_HELP = {
+    "model": "reference model (see `bench models`)",
+    "dataset": "synthetic | digits | mnist | cifar10 | sonnets",
+    "data_path": "directory holding dataset files (mnist: the four IDX files; cifar10: the binary batches)",
+    "batch_size": "per-worker batch (weak scaling) or global batch (strong scaling)",
+    "max_steps": "stop after this many training steps in total",
+    "warmup_steps": "first steps excluded from timing",
+    "lr": "learning rate at the base global batch",
+    "lr_base_batch": "global batch at which --lr applies (default: 1-worker batch)",
+    "bucket_mb": "gradient bucket / fusion buffer size in MB, applied to every engine",
+    "threads": "intra-op threads per worker (OMP/MKL and the framework's own)",
+    "grad_sync": "false: skip gradient averaging (compute-only twin for communication cost)",
+    "augment": "the dataset's standard training augmentation (cifar10: pad-4 crop, flip)",
+    "grad_compression": "gradients cast to fp16 for the allreduce (horovod, ddp)",
+    "bn_momentum": "BatchNorm momentum, torch's convention (paddle gets 1 - m)",
+    "bn_buffers": "BatchNorm running statistics: local per rank, or broadcast from rank 0 each step",
+    "allow_tf32": "true: fp32 matmuls and convolutions may run in TF32 on GPUs (every engine alike)",
+}
+
+
+def add_spec_flags(parser: argparse.ArgumentParser, defaults: RunSpec | None = None) -> None:
+    """Add one --flag per RunSpec field; values are parsed again by RunSpec.from_dict."""
+    defaults = defaults or RunSpec()
+    hints = typing.get_type_hints(RunSpec)
+    group = parser.add_argument_group("run spec (identical for every engine)")
+    for f in dataclasses.fields(RunSpec):
+        hint = hints[f.name]
+        base = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+        kind = base[0]
+        flag = "--" + f.name.replace("_", "-")
+        default = getattr(defaults, f.name)
+        shown = default.value if isinstance(default, enum.Enum) else default
+        if f.name == "device":  # the default is resolved per machine
+            shown = "auto: cuda where a CUDA GPU is visible, else cpu"
+        if f.name == "dataset":
+            shown = "the model's own (see `bench models`)"
+        kwargs: dict[str, Any] = {
+            "dest": f.name,
+            "default": None,
+            "help": _FLAG_HELP.get(f.name, ""),
+        }
+        kwargs["help"] = (kwargs["help"] + f" (default: {shown})").strip()
+        if isinstance(kind, type) and issubclass(kind, enum.Enum):
+            kwargs["choices"] = [m.value for m in kind]
+        elif kind is bool:
+            kwargs["type"] = _parse_bool
+            kwargs["metavar"] = "true|false"
+        elif kind in (int, float):
+            kwargs["type"] = kind
+        group.add_argument(flag, **kwargs)
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def spec_from_args(args: argparse.Namespace, base: RunSpec | None = None) -> RunSpec:
+    """The spec given by parsed flags on top of `base` (flags left unset keep base's values)."""
+    base = base or RunSpec()
+    data = base.to_dict()
+    for name in data:
+        value = getattr(args, name, None)
+        if value is not None:
+            data[name] = value
+    # another model without a dataset: that model's default, unless base chose one
+    if (
+        getattr(args, "dataset", None) is None
+        and data["model"] != base.model
+        and models.get(base.model).default_dataset == base.dataset
+    ):
+        data["dataset"] = ""
+    return RunSpec.from_dict(data)

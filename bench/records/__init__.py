@@ -1,0 +1,58 @@
+"""Run records: their type, the check read off it, migrations, the store and its summaries.
+
+One JSON object per run, appended to JSON Lines files under `results/`. Readers
+get `LoadedRecord`s (bench/records/types.py), checked against that same type;
+a bad line is reported with its file and line, never lost with the good ones.
+"""
+
+from bench.core.errors import RecordsError
+from bench.records.migrations import MIGRATIONS, migrate
+from bench.records.store import (
+    DEFAULT_FILE,
+    REFERENCE_DIR,
+    Follower,
+    Loaded,
+    Problem,
+    append,
+    check_writable,
+    files_under,
+    finite,
+    load,
+    new_record,
+    parse_line,
+    protocol_version,
+    results_file,
+    timestamp,
+    typed_labels,
+)
+from bench.records.summaries import load_summaries, summarise
+from bench.records.types import SCHEMA_VERSION, Kind, LoadedRecord, RunRecord, Status
+
+__all__ = [
+    "DEFAULT_FILE",
+    "MIGRATIONS",
+    "REFERENCE_DIR",
+    "SCHEMA_VERSION",
+    "Follower",
+    "Kind",
+    "Loaded",
+    "LoadedRecord",
+    "Problem",
+    "RecordsError",
+    "RunRecord",
+    "Status",
+    "append",
+    "check_writable",
+    "files_under",
+    "finite",
+    "load",
+    "load_summaries",
+    "migrate",
+    "new_record",
+    "parse_line",
+    "protocol_version",
+    "results_file",
+    "summarise",
+    "timestamp",
+    "typed_labels",
+]

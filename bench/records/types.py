@@ -1,0 +1,407 @@
+"""The run record, defined once: the types writers build, readers read and the loader checks.
+
+`RunRecord` names every field a record of the current schema version may hold.
+The same annotations drive the run-time check (`bench/records/schema.py` reads
+them): what the type checker holds a reader or writer to is exactly what a
+record read from disk is held to. Where a JSON value needs more than a Python
+type says, the annotation carries it (`Annotated[int, Min(1)]`, a name pattern,
+`Required(...)` for fields some statuses must have, `NullIfFailed` for numbers
+that a failed run may hold as null, `OkStrict` for a nullable value an ok record
+must hold).
+
+Plain `TypedDict`s: a record stays the JSON object it always was (no class to
+serialise, no copy on load), and older versions are migrated as dicts before
+they are checked (`bench/records/migrations.py`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Annotated, Any, Final, TypedDict
+
+# The version these types describe; bump it (and add a migration) when a field is
+# renamed or changes meaning.
+SCHEMA_VERSION: Final = 3
+
+
+class Status(enum.StrEnum):
+    """How a run ended."""
+
+    OK = "ok"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    DIVERGED = "diverged"  # a loss became NaN/inf; the record says at which step
+    # the engine is not installed on this machine: the cell was recorded, not launched
+    UNAVAILABLE = "unavailable"
+
+
+class Kind(enum.StrEnum):
+    """What a record holds; a record without the field is a training run."""
+
+    TRAIN = "train"
+    COLLECTIVE = "collective"  # bench collectives: allreduce latency and bandwidth
+    PREDICTION = "prediction"  # bench predict: a model's figures, never a measurement
+
+
+# -- constraints the loader checks beyond the Python type ----------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Min:
+    """An integer of at least `value`."""
+
+    value: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Pattern:
+    """A string matching `regex` (whole), described to the user as `name`."""
+
+    regex: str
+    name: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Required:
+    """The field must be present in records of these statuses ("*": all) and kinds."""
+
+    statuses: tuple[str, ...] = ("*",)
+    kinds: tuple[str, ...] = tuple(Kind)
+
+
+class Values:
+    """A mapping whose values all have this type (for JSON objects read as dict[str, Any])."""
+
+    def __init__(self, hint: Any) -> None:
+        self.hint = hint  # hashed by identity: each annotation is made once
+
+
+class Keys:
+    """A mapping whose listed keys, where present, have the given types (others: any)."""
+
+    def __init__(self, types: dict[str, Any]) -> None:
+        self.types = dict(types)  # hashed by identity: each annotation is made once
+
+
+class _OkStrict:
+    """`X | None`, but never null in an ok record (every report reads the value)."""
+
+
+class _NullIfFailed:
+    """In a record that is not ok, any number inside may be null: `records.finite` writes
+    each non-finite float of a failed or diverged run as null."""
+
+
+class _Matrix:
+    """In an ok record, a non-empty list of equally long, non-empty lists (ranks x steps)."""
+
+
+class _LossValue:
+    """A loss: a number, null, or a non-finite marker ("nan", "inf") of a diverged run."""
+
+
+OkStrict: Final = _OkStrict()
+NullIfFailed: Final = _NullIfFailed()
+Matrix: Final = _Matrix()
+LossValue: Final = _LossValue()
+NONFINITE_MARKERS = ("nan", "inf", "-inf", "NaN", "Infinity", "-Infinity")
+
+Count = Annotated[int, Min(0)]
+Positive = Annotated[int, Min(1)]
+Loss = Annotated[float | str | None, LossValue]
+IsoTime = Annotated[
+    str, Pattern(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?([+-]\d\d:\d\d|Z)", "an ISO-8601 time")
+]
+EngineName = Annotated[
+    str, Pattern(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}", "a name (letters, digits, _ . + -)")
+]
+# Labels are free-form KEY=VALUE from the command line; these known ones are numbers.
+LABEL_TYPES: Final[dict[str, Any]] = {
+    "repeat": Count,
+    "launched_at": float,
+    "link_rate_bps": Positive,
+}
+Labels = Annotated[dict[str, Any], Values(str | float | bool), Keys(LABEL_TYPES)]
+# Every record has these, whatever its status and kind.
+EVERY_RECORD = Required(("*",))
+OK_TRAINING = Required((Status.OK,), (Kind.TRAIN,))
+
+
+class Spec(TypedDict, total=False):
+    """`RunSpec.to_dict()` for a training run; a collective run's own few fields.
+
+    `RunSpec` (bench/contract/spec.py) is the contract; this is how a record stores it,
+    which may be an older spec (tests hold the two to the same fields and types).
+    """
+
+    model: str
+    dataset: str
+    data_path: str | None
+    batch_size: Positive
+    scaling: str
+    epochs: Positive
+    max_steps: Positive | None
+    warmup_steps: Count
+    optimizer: str
+    lr: float
+    lr_rule: str
+    lr_base_batch: Positive | None
+    lr_warmup_epochs: float
+    lr_schedule: str
+    momentum: float
+    weight_decay: float
+    seed: Count
+    threads: Positive
+    precision: str
+    allow_tf32: bool
+    device: str
+    bucket_mb: float
+    grad_sync: bool
+    grad_compression: str
+    augment: bool
+    bn_momentum: float
+    bn_eps: float
+    bn_buffers: str
+    test_fraction: float
+    synthetic_samples: Positive
+    # a collective record's spec (runners/protocol/allreduce.py)
+    op: str
+    dtype: str
+    sizes: list[Count]
+    iters: Positive
+    warmup: Count
+
+
+class Git(TypedDict, total=False):
+    commit: str | None
+    dirty: bool | None
+    branch: str | None
+    commit_time: str | None
+
+
+class Env(TypedDict, total=False):
+    hostname: str
+    platform: str
+    python: str
+    cpu: str
+    cpu_count: Positive | None
+    # bench.core.machine.machine_info: cpu, cores, memory, kernel
+    machine: Annotated[dict[str, Any], Keys({"cpu": dict[str, Any], "cpu_source": str})]
+    gpus: list[dict[str, str | float | None]]
+    libraries: dict[str, str | None]
+    git: Git
+    env_vars: dict[str, str]
+    executable: str
+
+
+class Launcher(TypedDict, total=False):
+    name: str
+    argv: list[str] | list[list[str]]  # one launcher, or one per host
+    runner_argv: list[str]
+    parent_argv: list[str] | None
+
+
+class Dataset(TypedDict, total=False):
+    name: str
+    train_samples: Count
+    test_samples: Count
+    input_shape: list[Count]
+    fingerprint: str
+
+
+class Fingerprints(TypedDict, total=False):
+    init_weights: str
+    init_weights_ranks_agree: bool
+    init_optimizer_state_tensors: Count
+    final_weights: str
+    final_weights_ranks_agree: bool
+    data_order: str
+    data_order_per_rank: list[str]
+
+
+class Resources(TypedDict, total=False):
+    peak_rss_mb: Annotated[list[float], NullIfFailed]
+    cpu_utilisation: Annotated[list[float], NullIfFailed]
+    peak_gpu_mb: Annotated[list[float] | None, NullIfFailed]
+    staged_batches_gpu_mb: Annotated[list[float] | None, NullIfFailed]
+
+
+class InputPipeline(TypedDict, total=False):
+    ms_per_step: Annotated[list[float], NullIfFailed]
+    augmented: bool
+    vs_step_time: float | None
+
+
+class Flops(TypedDict):
+    forward: float
+    train: float
+
+
+class Epoch(TypedDict, total=False):
+    epoch: Count
+    steps: Count
+    samples_seen: Count
+    train_loss: Loss
+    test_loss: Loss
+    test_accuracy: float | None
+    train_time_s: float | None
+    samples_per_s: float | None
+    elapsed_s: float | None
+
+
+class CollectiveResult(TypedDict, total=False):
+    bytes: Count
+    latency_s: float  # median over iterations of the slowest rank
+    latency_p95_s: float
+    algbw_gbps: float
+    busbw_gbps: float
+
+
+class CpuBudget(TypedDict):
+    workers_on_host: Count
+    threads_per_worker: Count
+    usable_cpus: Count
+
+
+class Measurement(TypedDict, total=False):
+    window_steps: Positive
+    windows: Count
+    step_clock: str
+    target_ci: float
+    cap_s: float
+    stopped_by: str  # target_ci | time_cap | disabled
+    window_median: float | None
+    window_ci: list[float | None]
+    ci_half_width: float | None
+    training_timed_steps: Count
+    extra_steps: Count
+
+
+class Contention(TypedDict, total=False):
+    """One rank's view of what else used the CPUs while it was timed (bench/measure/contention.py)."""
+
+    seconds: float
+    other_cpu_cores: float | None
+    own_cpu_cores: float | None
+    steal_fraction: float
+    loadavg_1m: float | None
+    cpu_count: Positive | None
+    contended: bool
+
+
+class Predicted(TypedDict, total=False):
+    variant: str
+    workers: Positive
+    link_rate_bps: Positive | None
+    throughput: float
+    throughput_interval: list[float]
+    efficiency: float
+    efficiency_interval: list[float]
+    step_time_s: float
+    inputs: dict[str, Any]
+
+
+class Link(TypedDict, total=False):
+    """The network a run crossed when it was emulated (bench/launch/netns.py)."""
+
+    rate_bps: Positive  # the token-bucket rate in bits/s, both directions
+    emulated: bool
+    qdisc: str
+    burst_bytes: Count
+    latency: str
+
+
+class RunFields(TypedDict, total=False):
+    """The fields of a record that a run may lack (a failed one stops at what it had);
+    what a writer fills in after `records.new_record`, any subset at a time."""
+
+    protocol_version: Positive  # the measurement protocol (bench/measure/window.py)
+    created: str
+    error: str | None
+    kind: Kind  # absent: train
+    labels: Labels
+    launcher: Launcher
+    env: Env
+    link: Link
+    engine_options: dict[str, str]
+    engine_versions: dict[str, Any]
+    # engine settings with differing defaults, as they took effect (they vary per engine)
+    knobs: Annotated[dict[str, Any], Keys({"cycle_time_ms": float | None})]
+    threads: dict[str, Any]
+    hosts: list[str]
+    nodes: Positive
+    oversubscribed: bool  # more worker threads on a host than usable CPUs
+    cpu_budget: CpuBudget
+    per_worker_batch: Positive
+    global_batch: Positive
+    steps_per_epoch: Count
+    steps: Count
+    timed_steps: Count
+    lr_peak: float
+    dataset: Dataset
+    fingerprints: Fingerprints
+    resources: Resources
+    input_pipeline: InputPipeline
+    nonfinite_fields: list[str]
+    diverged_at_step: Count | None
+    # [rank][timed step]; required (and never null) in an ok training record
+    step_times_s: Annotated[list[list[float]], OK_TRAINING, NullIfFailed, Matrix]
+    # [rank][window], one synchronisation per window
+    window_times_s: Annotated[list[list[float]], NullIfFailed]
+    window_steps: list[Count]
+    # global samples/s of each window, timed by its slowest rank
+    window_throughput: Annotated[list[float], NullIfFailed]
+    measurement: Measurement
+    contention: list[Contention | None]  # per rank
+    contended: bool
+    throughput: Annotated[float | None, OK_TRAINING, OkStrict]
+    per_rank_throughput: Annotated[list[float], NullIfFailed]
+    loop_throughput: float | None
+    flops_per_sample: Flops | None
+    epochs: list[Epoch]
+    step_losses: list[Loss]
+    final_accuracy: float | None
+    final_loss: Loss
+    timeline: dict[str, Any]  # Horovod's timeline summary (bench/measure/timeline.py)
+    saved: dict[str, Any]
+    results: list[CollectiveResult]
+    predicted: Predicted
+    run_start: IsoTime  # the runner's start (entry), UTC
+    run_stop: IsoTime  # the record written, UTC
+    # the training phase: first batch prepared to last result gathered
+    training_wall_s: float | None
+    launch_to_stop_s: float | None  # from the sweep's launch to the record written
+    launch_to_exit_s: float | None  # in a record the sweep wrote: launch to launcher exit
+    injected: str  # a test-only fault the run was told to inject (runners/protocol/faults.py)
+
+
+class RunRecord(RunFields):
+    """One run as stored in a results file (schema version SCHEMA_VERSION): the fields
+    every record has, whatever its status, and any of `RunFields`."""
+
+    schema_version: Positive
+    run_id: str
+    status: Status
+    engine: EngineName
+    spec: Spec
+    world_size: Positive
+
+
+class StepQuantiles(TypedDict):
+    p50: float
+    p95: float
+    n: int
+
+
+class LoadedRecord(RunRecord, total=False):
+    """A record as `records.load` returns it: where it was read, and for a summary
+    (`records.summarise`) the step-time quantiles in place of the per-step arrays."""
+
+    _source: str  # FILE:LINE
+    _summary: bool
+    step_time_quantiles: StepQuantiles
+
+
+# What `records.load` attaches; never written to a file.
+LOADER_FIELDS = frozenset({"_source", "_summary", "step_time_quantiles"})

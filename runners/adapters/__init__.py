@@ -1,0 +1,1 @@
+"""Engine adapters: what each framework supplies to the shared protocol (runners/protocol/)."""

@@ -1,0 +1,180 @@
+"""The adapter contract: what an engine must supply to the shared training protocol.
+
+The protocol (runners/protocol/) owns the loop, timing, data order,
+evaluation, gathering and the record; an adapter only translates those into its
+framework. Adding a fourth engine is one new adapter file and one entry script.
+"""
+
+from __future__ import annotations
+
+import abc
+import itertools
+import time
+from typing import Any
+
+import numpy as np
+
+from bench import engines
+from bench.contract.spec import RunSpec
+from bench.engines import Engine
+from models.base import ModelDef, Shape, Weights
+
+# fp16 loss scaling, one setting for every engine, stated explicitly (torch's defaults;
+# Paddle 3.3's GradScaler defaults equal them, its base AmpScaler's do not).
+LOSS_SCALER: dict[str, Any] = {
+    "init_scale": 2.0**16,
+    "growth_factor": 2.0,
+    "backoff_factor": 0.5,
+    "growth_interval": 2000,
+}
+
+
+class StepTimer:
+    """Per-step times inside one timed window, without waiting for the device.
+
+    The protocol calls `mark()` before each step and once after the last, then
+    synchronises the device once, then reads `step_times()`. This one reads the
+    host clock: on CPU that is the step's time; on a GPU it is only when the host
+    queued the step, so GPU adapters return a timer built on device events.
+    """
+
+    def __init__(self) -> None:
+        self._marks: list[float] = []
+
+    def mark(self) -> None:
+        self._marks.append(time.perf_counter())
+
+    def step_times(self) -> list[float]:
+        """Seconds per step (call after the window's synchronisation)."""
+        return [b - a for a, b in itertools.pairwise(self._marks)]
+
+    clock = "host"
+
+
+class EngineAdapter(abc.ABC):
+    engine: Engine
+
+    def __init__(
+        self, spec: RunSpec, timeout_s: float = 300.0, options: dict[str, str] | None = None
+    ) -> None:
+        self.spec = spec
+        self.timeout_s = timeout_s  # longest a collective may wait for a peer before failing
+        self.options = dict(options or {})
+        # Engine-specific knobs outside the shared contract (--engine-option KEY=VALUE),
+        # declared in the engine's registry entry, where `bench run` checks them too.
+        engines.check_options(self.engine, self.options)
+        self.rank = 0
+        self.local_rank = 0
+        self.world_size = 1
+        self.local_world_size = 1  # workers on this rank's node; world / local = nodes
+
+    @abc.abstractmethod
+    def expected_world_size(self) -> int:
+        """World size as the launcher announced it, read before any collective starts."""
+
+    @abc.abstractmethod
+    def init(self) -> None:
+        """Join the process group; set rank, local_rank, world_size and local_world_size."""
+
+    @abc.abstractmethod
+    def build(self, model: ModelDef, weights: Weights, input_shape: Shape, classes: int) -> None:
+        """Build the model from the shared numpy weights, wrap it and its optimizer."""
+
+    @abc.abstractmethod
+    def to_batch(self, x: np.ndarray, y: np.ndarray) -> Any:
+        """Framework tensors for one batch (outside the timed region)."""
+
+    @abc.abstractmethod
+    def train_step(self, batch: Any, lr: float) -> Any:
+        """Forward, backward, gradient averaging and optimizer step; returns the local loss."""
+
+    @abc.abstractmethod
+    def loss_value(self, loss: Any) -> float: ...
+
+    @abc.abstractmethod
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int, int]:
+        """(summed loss, number correct, number of predictions) on this rank's test shard.
+
+        A classifier predicts once per sample; a language model once per token.
+        """
+
+    @abc.abstractmethod
+    def state(self) -> Weights:
+        """Current parameters as numpy arrays in the canonical (torch) layout."""
+
+    @abc.abstractmethod
+    def save_native(self, stem: str) -> str:
+        """Write the weights in the framework's own format; returns the path."""
+
+    @abc.abstractmethod
+    def allreduce_sum(self, arr: np.ndarray) -> np.ndarray: ...
+
+    @abc.abstractmethod
+    def allgather(self, arr: np.ndarray) -> np.ndarray:
+        """Stack every rank's equally-shaped array: result shape [world, *arr.shape]."""
+
+    @abc.abstractmethod
+    def barrier(self) -> None: ...
+
+    @abc.abstractmethod
+    def buffer(self, nbytes: int) -> Any:
+        """A float32 device tensor of `nbytes` for the collective benchmark."""
+
+    @abc.abstractmethod
+    def allreduce_inplace(self, buf: Any) -> None:
+        """Sum-allreduce `buf` in place with the engine's own collective, as training uses it."""
+
+    def synchronize(self) -> None:  # noqa: B027 (optional hook: CPU engines need nothing)
+        """Wait for all queued device work (no-op on CPU); called once per timed window."""
+
+    def step_timer(self, steps: int) -> StepTimer:
+        """A timer for a window of `steps` steps, created before the window starts.
+
+        The default reads the host clock; an adapter on a GPU overrides it with device
+        events, so that per-step times need no synchronisation inside the window.
+        """
+        return StepTimer()
+
+    @abc.abstractmethod
+    def versions(self) -> dict[str, Any]:
+        """The engine's library versions and build facts."""
+
+    @abc.abstractmethod
+    def knobs(self) -> dict[str, Any]:
+        """Engine settings with differing defaults, as actually used in this run."""
+
+    @abc.abstractmethod
+    def threads(self) -> dict[str, Any]:
+        """Threads as the framework reports them after setup."""
+
+    def finish(self, steps: int) -> dict[str, Any]:
+        """Engine extras for the record once `steps` training steps are over (e.g. a timeline)."""
+        return {}
+
+    def peak_device_memory_mb(self) -> float | None:
+        """Peak accelerator memory allocated by this rank since the last reset; None on CPU."""
+        return None
+
+    def device_memory_mb(self) -> float | None:
+        """Accelerator memory allocated by this rank now; None on CPU."""
+        return None
+
+    def reset_peak_device_memory(self) -> None:  # noqa: B027 (optional hook: CPU needs nothing)
+        """Start a new peak-memory window at the memory allocated now."""
+
+    @abc.abstractmethod
+    def optimizer_state_tensors(self) -> int:
+        """How many state tensors the optimizer holds (0 for a fresh one: nothing seeded)."""
+
+    def eval_batches(self, n: int) -> list[slice]:
+        """Evaluation slices of `n` samples, each the per-worker training batch.
+
+        Evaluating in training-sized batches keeps its memory within training's (one
+        forward over a whole test split can need gigabytes), and every engine
+        evaluates the same slices.
+        """
+        size = self.spec.per_worker_batch(self.world_size)
+        return [slice(i, i + size) for i in range(0, n, size)]
+
+    def shutdown(self) -> None:  # noqa: B027 (optional hook)
+        """Leave the process group cleanly."""

@@ -1,0 +1,183 @@
+"""A runner's entry: check the input on every rank, start the engine, train, write the record.
+
+Order of work, and why:
+1. Everything that can be wrong with the input (spec, model, dataset, batch vs
+   world size, results location) is checked on every rank *before* any process
+   group exists, so bad input fails fast everywhere instead of leaving peers
+   hung in a collective.
+2. Threads are set before a framework is imported (the adapter module is
+   imported only then), identically for every engine.
+3. The run trains (runners/protocol/train.py); rank 0 appends one record. A
+   failure after start-up is recorded as failed (or timeout, when a peer went
+   silent), a NaN/inf loss as diverged.
+4. The engine is shut down in the order its framework documents, so that no
+   thread of it is alive when the interpreter exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+
+from bench import engines, records
+from bench.contract.flags import add_spec_flags, spec_from_args
+from bench.contract.prepare import check_device, prepare
+from bench.core import machine
+from bench.core.errors import BenchError, InputError
+from bench.engines import Engine
+from bench.launch import netns
+from bench.measure.window import Measure, add_measure_flags, measure_from_args
+from bench.records import RunRecord, Status
+from runners.adapters.base import EngineAdapter
+from runners.protocol import faults
+from runners.protocol.common import launcher, load_adapter, parse_labels, script_name
+from runners.protocol.timing import PROGRESS
+from runners.protocol.train import Diverged, train
+
+EXIT_BAD_INPUT = 2
+EXIT_FAILED = 1
+EXIT_DIVERGED = 3  # recorded with status diverged
+
+
+def build_parser(engine: Engine) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=script_name(engines.get(engine).runner),
+        description=f"Train one reference model under {engine.value} and append a result record.",
+        allow_abbrev=False,
+    )
+    add_spec_flags(parser)
+    parser.add_argument("--results", default="results", help="results directory or .jsonl file")
+    parser.add_argument(
+        "--save",
+        metavar="STEM",
+        help="write final weights to STEM.npz and the framework's own format",
+    )
+    parser.add_argument(
+        "--collective-timeout",
+        type=float,
+        default=300.0,
+        help="seconds a collective may wait for a peer; a run silent that long ends as a "
+        "timeout (default: 300)",
+    )
+    parser.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="free-form label stored in the record (repeatable); used by `bench run`",
+    )
+    parser.add_argument(
+        "--engine-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="engine-specific knob outside the shared spec, recorded in knobs (repeatable); "
+        f"{engine.value}: {engines.describe_options(engine)}".replace("%", "%%"),
+    )
+    parser.add_argument("--quiet", action="store_true", help="no per-epoch progress lines")
+    add_measure_flags(parser)
+    return parser
+
+
+class _Inputs:
+    """Everything the command line asked for, checked before any framework loads."""
+
+    def __init__(self, engine: Engine, args: argparse.Namespace) -> None:
+        self.spec = spec_from_args(args)
+        try:
+            self.labels = records.typed_labels(parse_labels(args.label))
+        except ValueError as exc:
+            raise InputError(f"--label: {exc}") from None
+        self.options = parse_labels(args.engine_option, "--engine-option")
+        self.measure: Measure = measure_from_args(args)
+        self.fault = faults.from_env()
+        records.check_writable(args.results)
+        # Before the framework is imported; frameworks already loaded would have read
+        # the old values (the record lists them: it must be empty).
+        self.loaded_early = machine.frameworks_loaded(engines.frameworks())
+        machine.set_thread_env(self.spec.threads)
+
+
+def main(engine: Engine, argv: Sequence[str] | None = None) -> int:
+    """Entry point shared by runners/hvd.py, runners/ddp.py and runners/paddle_dp.py."""
+    started = time.time()
+    args = build_parser(engine).parse_args(argv)
+    try:
+        given = _Inputs(engine, args)
+        adapter = load_adapter(engine)(given.spec, args.collective_timeout, given.options)
+        model, dataset, spe = prepare(given.spec, adapter.expected_world_size())
+        engines.check_engine(engine, given.spec)
+        check_device(given.spec)
+        adapter.init()
+    except BenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    record = _new_record(engine, adapter, given)
+    if given.fault is not None:
+        faults.install(adapter, given.fault)
+    try:
+        train(adapter, model, dataset, spe, record, args.quiet, args.save, given.measure)
+        code = 0
+    except Diverged as exc:
+        record["status"], record["error"] = Status.DIVERGED, str(exc)
+        if adapter.rank == 0:
+            print(f"error: diverged: {exc}", file=sys.stderr)
+        code = EXIT_DIVERGED
+    except Exception as exc:
+        _record_failure(record, exc, args.collective_timeout)
+        print(f"error on rank {adapter.rank}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        code = EXIT_FAILED
+    stopped = time.time()
+    record["run_start"], record["run_stop"] = records.timestamp(started), records.timestamp(stopped)
+    if isinstance(given.labels.get("launched_at"), float):  # set by `bench run`
+        record["launch_to_stop_s"] = stopped - given.labels["launched_at"]
+    if adapter.rank == 0 and not _write(record, args, engine, code):
+        code = EXIT_FAILED
+    if code in (0, EXIT_DIVERGED):  # every rank stopped at the same step: leave cleanly
+        adapter.shutdown()
+    return code
+
+
+def _new_record(engine: Engine, adapter: EngineAdapter, given: _Inputs) -> RunRecord:
+    labels = given.labels
+    record = records.new_record(
+        given.spec.to_dict(), engine.value, adapter.world_size, labels, launcher(engine),
+        link=netns.link_for(labels),
+    )  # fmt: skip
+    record["threads"] = {"frameworks_before_thread_env": given.loaded_early}
+    record.update(machine.oversubscription(adapter.local_world_size, given.spec.threads))  # type: ignore[typeddict-item]
+    if given.fault is not None:
+        record["injected"] = str(given.fault)
+    return record
+
+
+def _record_failure(record: RunRecord, exc: Exception, collective_timeout: float) -> None:
+    """Failed, or timeout when no collective got past a peer for as long as its time-out."""
+    silent = PROGRESS.silent_for()
+    error = f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exc(limit=8))
+    record["status"], record["error"] = Status.FAILED, error
+    if silent >= 0.9 * collective_timeout:
+        record["status"] = Status.TIMEOUT
+        record["error"] = (
+            f"no progress for {silent:.0f}s (collective time-out {collective_timeout:.0f}s):"
+            f" a peer stopped answering\n" + error
+        )
+
+
+def _write(record: RunRecord, args: argparse.Namespace, engine: Engine, code: int) -> bool:
+    """Rank 0 appends the record; False when it could not be written."""
+    try:
+        path = records.append(args.results, record)
+    except records.RecordsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return False
+    if not args.quiet and code == 0:
+        print(
+            f"[{engine.value} np={record['world_size']}] {record['throughput']:,.0f} samples/s, "
+            f"test accuracy {record['final_accuracy']:.2%}; record {record['run_id'][:8]} -> {path}",
+            flush=True,
+        )
+    return True

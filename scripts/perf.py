@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""The pytest-benchmark regression gate: base and working tree, on this machine, alternated.
+
+    .venv/bin/python scripts/perf.py                     # A/B against the merge base with main
+    .venv/bin/python scripts/perf.py --base REV          # A/B against REV
+    .venv/bin/python scripts/perf.py --base-file .ci/perf-base   # CI: the base kept in the repo
+    .venv/bin/python scripts/perf.py --baseline          # against the committed baseline, when
+                                                         # it was saved on this machine
+    .venv/bin/python scripts/perf.py --save-baseline     # record this machine's baseline
+
+A/B: REV is checked out in a temporary git worktree sharing this .venv; the two
+sides are launched alternately (A B, B A, ...) --launches times each, each side
+running its own tests/benchmarks, and every benchmark both ran is compared with
+bench/analysis/perfgate.py. Exit status 1 only when a benchmark's whole interval
+lies above +threshold. BENCH_PERF_SLOWDOWN=0.3 (new side only) makes the
+training-step benchmarks do 30% more work: how the gate is calibrated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.analysis import perfgate  # noqa: E402
+
+BASELINE = ROOT / "tests" / "benchmarks" / "baseline"
+# the benchmarks the gate times: each one in-process and cheap; the 2-process allreduce
+# (tests/benchmarks/test_collective_perf.py) runs as a smoke test in the suite only
+SELECTION = ["tests/benchmarks/test_perf.py"]
+
+
+def git(*args: str, cwd: Path = ROOT) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def resolve_base(args: argparse.Namespace) -> str:
+    if args.base_file:
+        return git("rev-parse", Path(args.base_file).read_text().split()[0])
+    if args.base:
+        return git("rev-parse", args.base)
+    for main in ("main", "origin/main"):
+        try:
+            return git("merge-base", "HEAD", main)
+        except subprocess.CalledProcessError:
+            continue
+    return git("rev-parse", "HEAD")
+
+
+def launch(tree: Path, out: Path, env: dict[str, str], extra: list[str]) -> Path:
+    """One pytest process over the gate's benchmarks in `tree`; its JSON report."""
+    argv = [sys.executable, "-m", "pytest", *SELECTION, "-q", "-p", "no:cacheprovider",
+            "--benchmark-enable", "--benchmark-save-data", f"--benchmark-json={out}", *extra]  # fmt: skip
+    proc = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True)
+    if proc.returncode != 0 or not out.exists():
+        sys.exit(
+            f"perf: the benchmarks failed in {tree}:\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}"
+        )
+    return out
+
+
+def ab(args: argparse.Namespace) -> int:
+    base_rev = resolve_base(args)
+    work = Path(tempfile.mkdtemp(prefix="bench-perf-"))
+    base_tree = work / "base"
+    try:
+        git("worktree", "add", "-q", "--detach", str(base_tree), base_rev)
+        (base_tree / ".venv").symlink_to(ROOT / ".venv")
+        plain = {k: v for k, v in os.environ.items() if k != "BENCH_PERF_SLOWDOWN"}
+        sides = {"base": (base_tree, plain), "new": (ROOT, dict(os.environ))}
+        got: dict[str, list[perfgate.Launch]] = {"base": [], "new": []}
+        for i in range(args.launches):
+            order = ("base", "new") if i % 2 == 0 else ("new", "base")  # drift cancels in pairs
+            for side in order:
+                tree, env = sides[side]
+                report = launch(tree, work / f"{side}-{i}.json", env, args.pytest_args)
+                got[side].append(perfgate.Launch.read(report))
+        print(f"perf: base {base_rev[:10]} vs the working tree, {args.launches} launches each")
+        return verdict(got["base"], got["new"], args.threshold)
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(base_tree)], cwd=ROOT,
+                       capture_output=True)  # fmt: skip
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def verdict(base: list[perfgate.Launch], new: list[perfgate.Launch], threshold: float) -> int:
+    found = perfgate.changes(base, new)
+    print(perfgate.render(found, threshold, perfgate.machine_speed(base, new)))
+    bad = [c.name for c in found if c.regressed(threshold)]
+    if bad:
+        print(f"perf: REGRESSION beyond +{threshold:.0%}: {', '.join(bad)}")
+        return 1
+    print(f"perf: no benchmark is slower by more than {threshold:.0%} for certain")
+    return 0
+
+
+def against_baseline(args: argparse.Namespace) -> int:
+    saved = sorted(BASELINE.glob("**/*.json"))
+    if not saved:
+        print(
+            "perf: no committed baseline; make one on this machine: scripts/perf.sh --save-baseline"
+        )
+        return 0
+    base = [perfgate.Launch.read(p) for p in saved]
+    work = Path(tempfile.mkdtemp(prefix="bench-perf-"))
+    try:
+        new = [perfgate.Launch.read(launch(ROOT, work / f"new-{i}.json", dict(os.environ), args.pytest_args))
+               for i in range(args.launches)]  # fmt: skip
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if not perfgate.same_machine(base[0].machine, new[0].machine):
+        print("perf: the committed baseline was saved on another machine, so it is not compared; "
+              "make a local one (scripts/perf.sh --save-baseline) or run the A/B check (scripts/perf.sh)")  # fmt: skip
+        return 0
+    return verdict(base, new, args.threshold)
+
+
+def save_baseline(args: argparse.Namespace) -> int:
+    for old in BASELINE.glob("**/*.json"):
+        old.unlink()
+    BASELINE.mkdir(parents=True, exist_ok=True)
+    for i in range(args.launches):
+        launch(ROOT, BASELINE / f"baseline-{i}.json", dict(os.environ), args.pytest_args)
+    print(f"perf: saved {args.launches} launches under {BASELINE.relative_to(ROOT)}")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--base", metavar="REV", help="A/B against this revision")
+    where.add_argument("--base-file", metavar="FILE", help="A/B against the revision in FILE")
+    where.add_argument("--baseline", action="store_true", help="against the committed baseline")
+    where.add_argument("--save-baseline", action="store_true", help="save this machine's baseline")
+    parser.add_argument("--launches", type=int, default=3, help="launches per side (default: 3)")
+    parser.add_argument(
+        "--threshold", type=float, default=perfgate.DEFAULT_THRESHOLD,
+        help=f"regression when the whole interval is above +this (default: {perfgate.DEFAULT_THRESHOLD})",
+    )  # fmt: skip
+    parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
+    args = parser.parse_args()
+    if args.launches < 3:
+        parser.error("--launches must be >= 3: fewer give no interval")
+    if args.save_baseline:
+        return save_baseline(args)
+    if args.baseline:
+        return against_baseline(args)
+    return ab(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

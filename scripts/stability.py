@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Run the whole test suite several times, idle and under stress, and count failures per test.
+
+    .venv/bin/python scripts/stability.py --idle 3 --busy 1 --quota 1 --out stability/
+
+Modes:
+  idle    nothing else runs
+  busy    two neighbour processes spin on the CPUs for the whole run
+  quota   the suite runs in a cgroup allowed half of this machine's CPUs (cgroup v2
+          cpu.max, or v1 cpu.cfs_quota_us); root only
+
+Each run writes a JUnit XML under --out; the summary (summary.md there, and on
+stdout) gives every test that failed or errored in any run, with its count per
+mode, and the runs' durations. Exit status 1 when any test failed. CI runs the
+suite once (scripts/test.sh); this is the proof that it passes whatever the
+machine's load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SPIN = "while True: pass"
+CGROUP = "bench-stability"
+
+
+@contextlib.contextmanager
+def busy_neighbours(n: int = 2) -> Iterator[None]:
+    """`n` processes spinning on the CPUs, outside the tested tree, until the block ends."""
+    procs = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+@contextlib.contextmanager
+def half_the_cpus() -> Iterator[list[str]]:
+    """A cgroup allowed half of the machine's CPUs; yields the prefix that runs a command in it."""
+    cpus = os.cpu_count() or 2
+    period = 100_000
+    quota = max(period * cpus // 2, period // 10)
+    v2 = Path("/sys/fs/cgroup/cgroup.controllers")
+    if v2.exists():
+        group = Path("/sys/fs/cgroup") / CGROUP
+        group.mkdir(exist_ok=True)
+        (group / "cpu.max").write_text(f"{quota} {period}\n")
+        procs = group / "cgroup.procs"
+    else:
+        group = Path("/sys/fs/cgroup/cpu") / CGROUP
+        group.mkdir(exist_ok=True)
+        (group / "cpu.cfs_period_us").write_text(f"{period}\n")
+        (group / "cpu.cfs_quota_us").write_text(f"{quota}\n")
+        procs = group / "cgroup.procs"
+    # the child moves itself into the group, then becomes the command
+    prefix = ["sh", "-c", f'echo $$ > {procs} && exec "$@"', "in-cgroup"]
+    try:
+        yield prefix
+    finally:
+        with contextlib.suppress(OSError):
+            group.rmdir()  # once its processes are gone
+
+
+def run_suite(out: Path, name: str, prefix: list[str], pytest_args: list[str]) -> float:
+    xml = out / f"{name}.xml"
+    argv = [*prefix, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+            f"--junitxml={xml}", *pytest_args]  # fmt: skip
+    start = time.monotonic()
+    with open(out / f"{name}.log", "wb") as log:
+        subprocess.run(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    return time.monotonic() - start
+
+
+def failures(xml: Path) -> tuple[int, list[str]]:
+    """(tests run, ids of those that failed or errored) from a JUnit XML file."""
+    if not xml.exists():
+        return 0, ["<the run left no report>"]
+    tree = ET.parse(xml)
+    bad, total = [], 0
+    for case in tree.iter("testcase"):
+        total += 1
+        if case.find("failure") is not None or case.find("error") is not None:
+            bad.append(f"{case.get('classname')}::{case.get('name')}")
+    return total, bad
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    parser.add_argument("--idle", type=int, default=3, help="idle runs (default: 3)")
+    parser.add_argument("--busy", type=int, default=1, help="runs beside two busy neighbours")
+    parser.add_argument("--quota", type=int, default=1, help="runs with half the CPUs (root)")
+    parser.add_argument("--out", default="stability", help="where reports go")
+    parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
+    args = parser.parse_args()
+    if args.quota and os.geteuid() != 0:
+        parser.error("--quota needs root (it makes a cgroup); use --quota 0")
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    plan = [("idle", i) for i in range(args.idle)] + [("busy", i) for i in range(args.busy)]
+    plan += [("quota", i) for i in range(args.quota)]
+    rows, counts = [], {mode: Counter[str]() for mode in ("idle", "busy", "quota")}
+    for mode, i in plan:
+        name = f"{mode}-{i + 1}"
+        print(f"stability: {name} ...", flush=True)
+        if mode == "busy":
+            with busy_neighbours():
+                seconds = run_suite(out, name, [], args.pytest_args)
+        elif mode == "quota":
+            with half_the_cpus() as prefix:
+                seconds = run_suite(out, name, prefix, args.pytest_args)
+        else:
+            seconds = run_suite(out, name, [], args.pytest_args)
+        total, bad = failures(out / f"{name}.xml")
+        counts[mode].update(bad)
+        rows.append(f"| {name} | {total} | {len(bad)} | {seconds / 60:.1f} |")
+        print(
+            f"stability: {name}: {len(bad)} of {total} failed ({seconds / 60:.1f} min)", flush=True
+        )
+    runs = Counter(mode for mode, _ in plan)
+    lines = ["| run | tests | failed | minutes |", "|---|---|---|---|", *rows, ""]
+    flaky = sorted(set().union(*counts.values()))
+    if flaky:
+        lines += ["| test | idle | busy | quota |", "|---|---|---|---|"]
+        lines += [
+            f"| {t} | " + " | ".join(f"{counts[m][t]}/{runs[m]}" for m in counts) + " |"
+            for t in flaky
+        ]
+    else:
+        lines.append(f"No test failed in any of the {len(plan)} runs.")
+    summary = "\n".join(lines) + "\n"
+    (out / "summary.md").write_text(summary)
+    print(summary)
+    return 1 if flaky else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""The README and docs/ stay true: every link resolves, every command they show parses.
+
+A `bench` line is parsed by the real parser of its subcommand; a runner line
+(`horovodrun ... runners/hvd.py ARGS`) by that runner's parser; a script named
+must exist. Commands that would take long are not run here: `bench run --dry-run`
+of the quick start's sweep is, in tests/test_sweep.py.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from bench import cli
+from bench.engines import Engine
+from runners.protocol.main import build_parser
+from tests.conftest import ROOT
+
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+        ROOT / "results" / "reference" / "README.md"]  # fmt: skip
+RUNNERS = {"runners/hvd.py": Engine.HOROVOD, "runners/ddp.py": Engine.DDP,
+           "runners/paddle_dp.py": Engine.PADDLE}  # fmt: skip
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _blocks(text: str) -> list[str]:
+    """Lines of the fenced code blocks of a Markdown text, continuations joined."""
+    blocks = re.findall(r"```[a-z]*\n(.*?)```", text, re.S)
+    return [line for block in blocks for line in block.replace("\\\n", " ").splitlines()]
+
+
+def _commands(path: Path) -> list[list[str]]:
+    out = []
+    for line in _blocks(path.read_text()):
+        line = line.split(" #")[0].strip()
+        if line.startswith(
+            ("bench ", "horovodrun ", "torchrun ", "python -m paddle", "bash scripts/")
+        ):
+            out.append(shlex.split(line))
+    return out
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_link_resolves(path: Path) -> None:
+    broken = []
+    for target in LINK.findall(path.read_text()):
+        if target.startswith(("http://", "https://", "mailto:", "#")):
+            continue
+        file = target.split("#")[0]
+        if not (path.parent / file).exists():
+            broken.append(target)
+    assert broken == []
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_command_shown_parses(path: Path) -> None:
+    for argv in _commands(path):
+        if argv[0] == "bash":
+            assert (ROOT / argv[1]).is_file(), argv
+            continue
+        if argv[0] == "bench":
+            args = [a for a in argv[1:] if a != "..."]
+            try:
+                cli.parser(args[0]).parse_args(args)
+            except SystemExit:
+                pytest.fail(f"{path.name}: {shlex.join(argv)} does not parse")
+            continue
+        script = next((a for a in argv if a in RUNNERS), None)
+        assert script, f"no runner in {shlex.join(argv)}"
+        build_parser(RUNNERS[script]).parse_args(argv[argv.index(script) + 1 :])
+
+
+def test_the_readme_is_a_first_five_minutes() -> None:
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) < 200
+    assert "bash scripts/run.sh" in text and "bash scripts/test.sh" in text
