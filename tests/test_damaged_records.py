@@ -93,7 +93,7 @@ WRONG_VALUES: list[Any] = [123, -1, 1.5, "x", "", [1], ["a"], {"a": 1}, None, Tr
 
 def _full_record() -> dict[str, Any]:
     """A record with every field a runner writes (the first of the committed reference)."""
-    path = Path(__file__).parent.parent / "results" / "reference"
+    path = Path(__file__).parent.parent / "results" / "reference" / "cpu-2core-digits"
     return cast(dict[str, Any], records.load([path]).records[0])
 
 
