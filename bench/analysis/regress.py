@@ -131,6 +131,8 @@ def diff(
             row[f"{metric} base"] = float(np.median(bv))
             row[f"{metric} new"] = float(np.median(nv))
             row[f"{metric} change"] = change
+            # NEW/BASE with its 95% interval (None with fewer than 3 runs a side)
+            row[f"{metric} ratio low"], row[f"{metric} ratio high"] = est.low, est.high
             row[f"{metric} significant"] = bool(sig)
         rows.append(row)
     return pd.DataFrame(rows)
