@@ -111,6 +111,31 @@ def test_killed_worker_is_recorded_failed_and_reaped(engine: Engine, tmp_path: P
     assert error
 
 
+@pytest.mark.parametrize(
+    ("engine", "rank"),
+    [(Engine.HOROVOD, 1), (Engine.DDP, 1), (Engine.PADDLE, 1), (Engine.DDP, 0)],
+    ids=["horovod", "ddp", "paddle", "ddp-rank0"],
+)
+def test_a_run_that_dies_at_exit_keeps_its_record(
+    engine: Engine, rank: int, tmp_path: Path
+) -> None:
+    """A worker that finished its work and then aborts at exit (as a thread left running
+    at exit makes C++ do) fails its launcher: the cell is still the run's ok record."""
+    cfg = SweepConfig(engines=(engine,), workers=(2,), models=("mlp",), repeats=1,
+                      comm_cost=False, measure_cap_s=0.0)  # fmt: skip
+    cell = plan(cfg, RunSpec(model="mlp", epochs=1, max_steps=12, warmup_steps=2))[0]
+    fault = f"abort:rank={rank}"
+    with _environ(BENCH_TEST_FAULT=fault):
+        res = run_cell(cell, 1, tmp_path / "res", tmp_path / "runs", 240, "env", "sweep")
+    logs = "".join(
+        f.read_text(errors="replace") for f in (tmp_path / "runs").rglob("*") if f.is_file()
+    )
+    assert f"rank {rank} injects abort" in logs, "the fault never happened"
+    assert res.status == records.Status.OK, res.error
+    (rec,) = records.load([tmp_path / "res"]).records
+    assert rec["status"] == records.Status.OK and rec["injected"] == fault
+
+
 @pytest.mark.parametrize("engine", ENGINES, ids=lambda e: e.value)
 def test_hung_worker_times_out_and_is_reaped(engine: Engine, tmp_path: Path) -> None:
     """SIGSTOP freezes rank 1: rank 0 waits in a collective until the cell's time-out."""

@@ -7,6 +7,7 @@ so the fingerprint of the loaded model equals the torch engines' bit for bit.
 
 from __future__ import annotations
 
+import gc
 import os
 import warnings
 from typing import Any, Literal
@@ -71,6 +72,16 @@ class PaddleAdapter(EngineAdapter):
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.local_rank = int(os.environ.get("PADDLE_LOCAL_RANK", self.rank))
         self.local_world_size = int(os.environ.get("PADDLE_LOCAL_SIZE", self.world_size))
+
+    def shutdown(self) -> None:
+        """Release the DataParallel wrapper (its reducer holds the Gloo group), then leave
+        the group, then collect: Gloo's threads end here, not in interpreter finalisation."""
+        if self._parallel:
+            self.model = self.layer
+            gc.collect()
+            if dist.is_initialized():
+                dist.destroy_process_group()
+            gc.collect()
 
     # paddle's names for BatchNorm running statistics vs the canonical (torch) ones
     _BN_NAMES = (("running_mean", "_mean"), ("running_var", "_variance"))

@@ -9,6 +9,7 @@ trajectories comparable to float rounding.
 from __future__ import annotations
 
 import datetime
+import gc
 import inspect
 import itertools
 import os
@@ -401,8 +402,15 @@ class DDPAdapter(TorchAdapter):
         }
 
     def shutdown(self) -> None:
+        """Leave in this order, while the interpreter is fully alive: release the DDP
+        wrapper (its reducer holds the process group and the comm hook, whose callbacks
+        run on Gloo's threads), destroy the process group, then collect, so that Gloo's
+        threads are joined here and never during interpreter finalisation."""
+        self.model = self.module
+        gc.collect()
         if dist.is_initialized():
             dist.destroy_process_group()
+        gc.collect()
 
 
 def _flag(options: dict[str, str], name: str) -> bool:
@@ -664,4 +672,5 @@ class HorovodAdapter(TorchAdapter):
         return {"timeline": summarise(self.options["timeline"], steps)}
 
     def shutdown(self) -> None:
+        """hvd.shutdown() joins Horovod's background thread (and its Gloo contexts)."""
         self.hvd.shutdown()

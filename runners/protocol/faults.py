@@ -7,6 +7,8 @@ environment of the launch (every launcher passes it to its workers):
     kill:rank=1,step=3      rank 1 kills itself (SIGKILL) before its step 3
     exit:rank=1,step=3      rank 1 exits with status 1 before its step 3
     delay:rank=1,ms=5       every step of rank 1 takes 5 ms more: a straggler
+    abort:rank=1            rank 1 aborts (SIGABRT) at exit, after the record is written:
+                            a run that finished its work and then died
 
 `step` counts this run's training steps from 0 (warm-up included). Without the
 variable nothing is wrapped and the timed loop is untouched. A run told to
@@ -29,7 +31,7 @@ from runners.adapters.base import EngineAdapter
 
 VARIABLE = "BENCH_TEST_FAULT"
 KINDS = {"stall": ("rank", "step"), "kill": ("rank", "step"), "exit": ("rank", "step"),
-         "delay": ("rank", "ms")}  # fmt: skip
+         "delay": ("rank", "ms"), "abort": ("rank",)}  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +70,7 @@ def from_env(environ: Mapping[str, str] | None = None) -> Fault | None:
 
 def install(adapter: EngineAdapter, fault: Fault) -> None:
     """Wrap the adapter's training step so that `fault` happens on its rank."""
-    if fault.rank != adapter.rank:
+    if fault.rank != adapter.rank or fault.kind == "abort":
         return
     step_fn: Callable[[Any, float], Any] = adapter.train_step
     count = 0
@@ -85,6 +87,12 @@ def install(adapter: EngineAdapter, fault: Fault) -> None:
     adapter.train_step = faulty  # type: ignore[method-assign]
 
 
+def at_exit(fault: Fault | None, rank: int) -> None:
+    """The `abort` fault: this rank dies at exit, once its record is written."""
+    if fault is not None and fault.kind == "abort" and fault.rank == rank:
+        _act(fault)
+
+
 def _act(fault: Fault) -> None:
     print(f"{VARIABLE}: rank {fault.rank} injects {fault.kind}", file=sys.stderr, flush=True)
     if fault.kind == "stall":
@@ -93,3 +101,5 @@ def _act(fault: Fault) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     elif fault.kind == "exit":
         os._exit(1)
+    elif fault.kind == "abort":
+        os.abort()

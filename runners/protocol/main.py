@@ -136,6 +136,7 @@ def main(engine: Engine, argv: Sequence[str] | None = None) -> int:
         record["launch_to_stop_s"] = stopped - given.labels["launched_at"]
     if adapter.rank == 0 and not _write(record, args, engine, code):
         code = EXIT_FAILED
+    faults.at_exit(given.fault, adapter.rank)
     if code in (0, EXIT_DIVERGED):  # every rank stopped at the same step: leave cleanly
         adapter.shutdown()
     return code
