@@ -11,7 +11,7 @@ import pytest
 
 from bench import records
 from bench.analysis import compare as report
-from bench.records import summaries
+from bench.records import cache, summaries
 
 GOLDEN = Path(__file__).parent / "data" / "golden.jsonl"
 
@@ -44,7 +44,7 @@ def test_unchanged_file_is_not_parsed_again(
     def fail(*_: object) -> None:
         raise AssertionError("parsed a line the cache holds")
 
-    monkeypatch.setattr(summaries, "parse_line", fail)
+    monkeypatch.setattr(cache, "parse_line", fail)
     again = records.load_summaries([path])
     assert [r["_source"] for r in again.records] == [r["_source"] for r in first.records]
 
@@ -61,19 +61,19 @@ def test_appends_are_parsed_alone_and_damage_is_reported(
         fh.write("{not json\n")
         fh.write(json.dumps(extra) + "\n")
     seen: list[int] = []
-    parse = summaries.parse_line
+    parse = cache.parse_line
 
     def spy(p: Path, number: int, raw: bytes) -> object:
         seen.append(number)
         return parse(p, number, raw)
 
-    monkeypatch.setattr(summaries, "parse_line", spy)
+    monkeypatch.setattr(cache, "parse_line", spy)
     loaded = records.load_summaries([path])
     lines = len(GOLDEN.read_text().splitlines())
     assert seen == [lines + 1, lines + 2]  # only the new lines
     assert len(loaded.records) == n + 1 and loaded.records[-1]["run_id"] == "appended"
     assert [p.line for p in loaded.problems] == [*bad, lines + 1]
-    monkeypatch.setattr(summaries, "parse_line", parse)
+    monkeypatch.setattr(cache, "parse_line", parse)
     # reported again from the cache, not lost
     assert [p.line for p in records.load_summaries([path]).problems] == [*bad, lines + 1]
 
@@ -88,3 +88,19 @@ def test_rewritten_file_or_damaged_cache_is_read_again(tmp_path: Path) -> None:
     cache.write_text('{"version": 1, "size": "x", "entries": 5}')
     os.utime(path)
     assert len(records.load_summaries([path]).records) == 2
+
+
+def test_resume_reads_a_small_cell_index_grown_with_appends(tmp_path: Path) -> None:
+    """A sweep's resume needs (cell, status, protocol) per record: its own index beside the
+    file, three values a record, updated from the appended lines only."""
+    path = _copy(tmp_path)
+    first = summaries.cells(path)
+    assert len(first) == len(records.load([path]).records)
+    index = tmp_path / ".runs.jsonl.cells.json"
+    assert index.is_file() and index.stat().st_size < path.stat().st_size / 5
+    extra = json.loads(GOLDEN.read_text().splitlines()[0])
+    extra["labels"] = {"cell": "new-cell"}
+    with open(path, "a") as fh:
+        fh.write(json.dumps(extra) + "\n")
+    assert summaries.cells(path)[-1][0] == "new-cell"
+    assert summaries.cells(path)[:-1] == first

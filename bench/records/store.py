@@ -227,9 +227,13 @@ class Follower:
     folder and in one of 10,000 records.
     """
 
-    def __init__(self, results: str | Path) -> None:
+    def __init__(self, results: str | Path, start: tuple[int, int] | None = None) -> None:
+        """Follow from the file's end now, or from `start` (bytes, lines) when the caller
+        knows it (a cache covering the whole file), which saves counting its lines."""
         self.path = results_file(results)
-        self.offset, self.lines = 0, 0
+        self.offset, self.lines = start or (0, 0)
+        if start is not None:
+            return
         with contextlib.suppress(FileNotFoundError), open(self.path, "rb") as fh:
             # where the file ends now, and its line count for the records' sources
             for chunk in iter(lambda: fh.read(1 << 20), b""):

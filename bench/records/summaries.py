@@ -9,26 +9,19 @@ truth and the cache is rebuilt from it whenever in doubt.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from bench.records.store import Loaded, Problem, files_under, parse_line
+from bench.records.cache import LineCache
+from bench.records.store import Follower, Loaded, Problem, files_under, protocol_version
 from bench.records.types import LoadedRecord
-
-try:  # reads the summaries cache only: several times faster than json on 40 MB of them
-    import orjson as _fastjson
-except ImportError:  # pragma: no cover - a dependency; plain json reads the same file
-    _fastjson = None  # type: ignore[assignment]
 
 # Per-step and per-window arrays: most of a record's bytes, and no table needs them
 # whole. A summary keeps everything else and the quantiles the tables show.
 HEAVY_FIELDS = ("step_times_s", "window_times_s", "window_throughput", "step_losses", "launcher")
 EPOCH_FIELDS = ("epoch", "train_time_s", "test_accuracy", "test_loss", "train_loss")
-CACHE_VERSION = 2
+CACHE_VERSION = 3  # 3: records of schema 3 (the protocol named)
 
 
 def summarise(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -65,100 +58,38 @@ def _quantile(ordered: list[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
-def _cache_path(path: Path) -> Path:
-    return path.with_name(f".{path.name}.summaries.json")
-
-
-def _read_cache(path: Path) -> dict[str, Any] | None:
-    try:
-        with open(_cache_path(path), "rb") as fh:
-            raw = fh.read()
-        cache = _fastjson.loads(raw) if _fastjson is not None else json.loads(raw)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(cache, dict) or cache.get("version") != CACHE_VERSION:
-        return None
-    return cache
-
-
-def _write_cache(path: Path, cache: dict[str, Any]) -> None:
-    """Write the cache beside the file atomically; an unwritable folder just goes uncached."""
-    target = _cache_path(path)
-    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-    try:
-        # written by json (orjson would turn a NaN into null; json refuses it instead)
-        tmp.write_text(json.dumps(cache, allow_nan=False, separators=(",", ":")))
-        os.replace(tmp, target)
-    except (OSError, ValueError):
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+# The summaries cache (.NAME.summaries.json): bump CACHE_VERSION when a summary changes.
+SUMMARIES = LineCache("summaries", CACHE_VERSION, summarise)
 
 
 def _summaries_of(path: Path) -> tuple[list[LoadedRecord], list[Problem]]:
-    """Summaries of one JSON Lines file, from its cache when the file is unchanged.
-
-    The cache (.NAME.summaries.json beside the file) is keyed by the file's size and
-    modification time; a file that only grew since (appends) is parsed from where the
-    cache stopped, anything else is parsed again. The file stays the source of truth:
-    the cache is rebuilt from it whenever in doubt, and a damaged line is reported
-    from the cache as it was when first read.
-    """
-    st = path.stat()
-    cache = _read_cache(path)
-    entries: list[list[Any]] = []
-    problems: list[list[Any]] = []
-    start, first_line = 0, 1
-    try:
-        if cache and cache.get("size") == st.st_size and cache.get("mtime_ns") == st.st_mtime_ns:
-            return _from_cache(path, cache)
-        if cache and isinstance(cache.get("size"), int) and 0 < cache["size"] < st.st_size:
-            # grown since: reuse the cache if its last bytes are still there, ending a line
-            tail = bytes.fromhex(str(cache.get("tail", "")))
-            with open(path, "rb") as fh:
-                fh.seek(cache["size"] - len(tail))
-                same = fh.read(len(tail)) == tail
-            if same and tail.endswith(b"\n"):
-                entries, problems = list(cache["entries"]), list(cache["problems"])
-                start, first_line = cache["size"], int(cache["lines"]) + 1
-    except (ValueError, KeyError, TypeError, IndexError):  # a damaged cache: read the file
-        entries, problems, start, first_line = [], [], 0, 1
-    number = first_line - 1
-    with open(path, "rb") as fh:
-        fh.seek(start)
-        for number, raw in enumerate(fh, start=first_line):
-            if not raw.strip():
-                continue
-            parsed = parse_line(path, number, raw)
-            if isinstance(parsed, Problem):
-                problems.append([number, parsed.message])
-            else:
-                parsed.pop("_source", None)
-                entries.append([number, summarise(parsed)])
-        size = fh.tell()
-    tail = b""
-    if size:
-        with open(path, "rb") as fh:
-            fh.seek(max(size - 64, 0))
-            tail = fh.read(size - max(size - 64, 0))
-    cache = {
-        "version": CACHE_VERSION,
-        "size": size,
-        "mtime_ns": st.st_mtime_ns if size == st.st_size else 0,
-        "tail": tail.hex(),
-        "lines": number,
-        "entries": entries,
-        "problems": problems,
-    }
-    _write_cache(path, cache)
-    return _from_cache(path, cache)
-
-
-def _from_cache(path: Path, cache: dict[str, Any]) -> tuple[list[LoadedRecord], list[Problem]]:
+    """Summaries of one JSON Lines file, from its cache (bench/records/cache.py)."""
+    entries, problems = SUMMARIES.read(path)
     recs = []
-    for number, summary in cache["entries"]:
+    for number, summary in entries:
         summary["_source"] = f"{path}:{number}"
         recs.append(summary)
-    return recs, [Problem(str(path), number, message) for number, message in cache["problems"]]
+    return recs, problems
+
+
+def _cell_of(record: LoadedRecord) -> list[Any]:
+    labels = record.get("labels") or {}
+    return [labels.get("cell"), record.get("status"), protocol_version(record)]
+
+
+# A sweep's resume needs three values per record, not a summary: their own small cache.
+CELLS = LineCache("cells", 1, _cell_of)
+
+
+def cells(path: Path) -> list[tuple[str | None, str, int]]:
+    """(labels.cell, status, protocol version) of every good record of one results file."""
+    entries, _ = CELLS.read(path)
+    return [(cell, status, protocol) for _, (cell, status, protocol) in entries]
+
+
+def follow(path: Path) -> Follower:
+    """A Follower of `path` from its end, placed by the cell index when that is current."""
+    return Follower(path, CELLS.position(path) if path.exists() else None)
 
 
 def load_summaries(paths: Iterable[str | Path]) -> Loaded:

@@ -30,7 +30,7 @@ from bench.engines import options as engine_options
 from bench.launch import netns, process, slurm
 from bench.launch.cluster import Cluster, NodeLaunch
 from bench.measure.window import PROTOCOL_VERSION
-from bench.records import LoadedRecord, RunRecord, Status
+from bench.records import LoadedRecord, RunRecord, Status, summaries
 from bench.sweep.cells import Cell, check_plan, plan, spec_flags
 from bench.sweep.config import SweepConfig
 
@@ -298,14 +298,14 @@ def environment_key() -> str:
 
 def completed_cells(results: Path) -> set[str]:
     """Cells recorded ok under the current measurement protocol (a cell recorded under
-    another is not done: it is run again). Read from the cached summaries."""
+    another is not done: it is run again), from the results file's small cell index."""
     target = records.results_file(results)
     if not target.exists():
         return set()
     return {
-        str((r.get("labels") or {}).get("cell", ""))
-        for r in records.load_summaries([target]).records
-        if r["status"] == Status.OK and records.protocol_version(r) == PROTOCOL_VERSION
+        str(cell)
+        for cell, status, protocol in summaries.cells(target)
+        if cell and status == Status.OK and protocol == PROTOCOL_VERSION
     }
 
 
@@ -364,7 +364,7 @@ def run_sweep(
             f"bench run: WARNING: engine {engine.value} is not installed here, so its {n} "
             f"cells are recorded as unavailable and not run ({why})"
         )
-    follower = records.Follower(results)
+    follower = summaries.follow(records.results_file(results))
     outcomes: list[CellResult] = []
     for i, cell in enumerate(todo, start=1):
         progress.say(f"[{i:>3}/{len(todo)}] {cell.name} ...", end="")
