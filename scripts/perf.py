@@ -72,6 +72,8 @@ def ab(args: argparse.Namespace) -> int:
     base_rev = resolve_base(args)
     work = Path(tempfile.mkdtemp(prefix="bench-perf-"))
     base_tree = work / "base"
+    reports = Path(args.keep) if args.keep else work
+    reports.mkdir(parents=True, exist_ok=True)
     try:
         git("worktree", "add", "-q", "--detach", str(base_tree), base_rev)
         (base_tree / ".venv").symlink_to(ROOT / ".venv")
@@ -82,7 +84,7 @@ def ab(args: argparse.Namespace) -> int:
             order = ("base", "new") if i % 2 == 0 else ("new", "base")  # drift cancels in pairs
             for side in order:
                 tree, env = sides[side]
-                report = launch(tree, work / f"{side}-{i}.json", env, args.pytest_args)
+                report = launch(tree, reports / f"{side}-{i}.json", env, args.pytest_args)
                 got[side].append(perfgate.Launch.read(report))
         print(f"perf: base {base_rev[:10]} vs the working tree, {args.launches} launches each")
         return verdict(got["base"], got["new"], args.threshold)
@@ -146,6 +148,7 @@ def main() -> int:
         "--threshold", type=float, default=perfgate.DEFAULT_THRESHOLD,
         help=f"regression when the whole interval is above +this (default: {perfgate.DEFAULT_THRESHOLD})",
     )  # fmt: skip
+    parser.add_argument("--keep", metavar="DIR", help="keep every launch's JSON report in DIR")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     args = parser.parse_args()
     if args.launches < 3:

@@ -38,6 +38,10 @@ from runners.adapters.base import EngineAdapter
 from runners.protocol.common import load_adapter
 
 GOLDEN = Path(__file__).parent.parent / "data" / "golden.jsonl"
+# Records the load and compare benchmarks read: enough for their rounds to be dominated
+# by per-record work, few enough that the gate's launches stay cheap (at scale:
+# tests/benchmarks/compare_scale.py).
+RECORDS = 2_000
 
 
 def test_calibration(benchmark: Any) -> None:
@@ -134,12 +138,12 @@ def test_train_step(benchmark: Any, engine_adapter: EngineAdapter, model_name: s
 
 @pytest.fixture(scope="module")
 def many_records(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """10,000 records (the golden ones, varied) in one JSON Lines file."""
+    """2,000 records (the golden ones, varied) in one JSON Lines file."""
     base = [r for r in records.load([GOLDEN]).records if r["status"] == "ok"]
     path = tmp_path_factory.mktemp("many") / "runs.jsonl"
     rng = np.random.default_rng(0)
     with open(path, "w") as fh:
-        for i in range(10_000):
+        for i in range(RECORDS):
             r = copy.deepcopy(base[i % len(base)])
             r.pop("_source", None)
             r["run_id"] = f"r{i}"
@@ -150,19 +154,19 @@ def many_records(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.benchmark(warmup=True, warmup_iterations=1)
-def test_load_10k_records(benchmark: Any, many_records: Path) -> None:
+def test_load_records(benchmark: Any, many_records: Path) -> None:
     benchmark.extra_info.update(
-        {"engine": "-", "model": "-", "records": 10_000, "versions": env.library_versions()}
+        {"engine": "-", "model": "-", "records": RECORDS, "versions": env.library_versions()}
     )
     loaded = benchmark(records.load, [many_records])
-    assert len(loaded.records) == 10_000 and not loaded.problems
+    assert len(loaded.records) == RECORDS and not loaded.problems
 
 
 @pytest.mark.benchmark(warmup=True, warmup_iterations=1)
-def test_compare_10k_records(benchmark: Any, many_records: Path) -> None:
+def test_compare_records(benchmark: Any, many_records: Path) -> None:
     recs = records.load([many_records]).records
     benchmark.extra_info.update(
-        {"engine": "-", "model": "-", "records": 10_000, "versions": env.library_versions()}
+        {"engine": "-", "model": "-", "records": RECORDS, "versions": env.library_versions()}
     )
     comps = benchmark(report.compare, recs)
     synced = sum(1 for r in recs if r["spec"]["grad_sync"])
