@@ -35,6 +35,11 @@ BASELINE = ROOT / "tests" / "benchmarks" / "baseline"
 # the benchmarks the gate times: each one in-process and cheap; the 2-process allreduce
 # (tests/benchmarks/test_collective_perf.py) runs as a smoke test in the suite only
 SELECTION = ["tests/benchmarks/test_perf.py"]
+# No garbage collection inside a timed round: a full collection lands in whichever round
+# crosses its threshold and added up to 3x to the record benchmarks' rounds; at least 10
+# rounds for the slow ones (a minimum of 5 was not stable); 0.5 s a benchmark otherwise
+# (hundreds of training-step rounds, enough for a stable minimum).
+TIMING = ["--benchmark-disable-gc", "--benchmark-min-rounds=10", "--benchmark-max-time=0.5"]
 
 
 def git(*args: str, cwd: Path = ROOT) -> str:
@@ -44,10 +49,13 @@ def git(*args: str, cwd: Path = ROOT) -> str:
 
 
 def resolve_base(args: argparse.Namespace) -> str:
-    if args.base_file:
-        return git("rev-parse", Path(args.base_file).read_text().split()[0])
-    if args.base:
-        return git("rev-parse", args.base)
+    if args.base_file or args.base:
+        rev = Path(args.base_file).read_text().split()[0] if args.base_file else args.base
+        try:
+            return git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+        except subprocess.CalledProcessError:
+            sys.exit(f"perf: the base {rev} is not a commit in this clone (a shallow clone? "
+                     "fetch its history, or name another with --base)")  # fmt: skip
     for main in ("main", "origin/main"):
         try:
             return git("merge-base", "HEAD", main)
@@ -59,7 +67,8 @@ def resolve_base(args: argparse.Namespace) -> str:
 def launch(tree: Path, out: Path, env: dict[str, str], extra: list[str]) -> Path:
     """One pytest process over the gate's benchmarks in `tree`; its JSON report."""
     argv = [sys.executable, "-m", "pytest", *SELECTION, "-q", "-p", "no:cacheprovider",
-            "--benchmark-enable", "--benchmark-save-data", f"--benchmark-json={out}", *extra]  # fmt: skip
+            "--benchmark-enable", *TIMING, "--benchmark-save-data", f"--benchmark-json={out}",
+            *extra]  # fmt: skip
     proc = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True)
     if proc.returncode != 0 or not out.exists():
         sys.exit(
@@ -143,7 +152,7 @@ def main() -> int:
     where.add_argument("--base-file", metavar="FILE", help="A/B against the revision in FILE")
     where.add_argument("--baseline", action="store_true", help="against the committed baseline")
     where.add_argument("--save-baseline", action="store_true", help="save this machine's baseline")
-    parser.add_argument("--launches", type=int, default=3, help="launches per side (default: 3)")
+    parser.add_argument("--launches", type=int, default=5, help="launches per side (default: 5)")
     parser.add_argument(
         "--threshold", type=float, default=perfgate.DEFAULT_THRESHOLD,
         help=f"regression when the whole interval is above +this (default: {perfgate.DEFAULT_THRESHOLD})",
