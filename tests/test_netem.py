@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from pathlib import Path
 from typing import cast
@@ -268,9 +269,11 @@ def test_collectives_measure_the_shaped_link(tmp_path: Path) -> None:
 # use (a process detached inside the second namespace, and an ssh session's command,
 # which sshd starts outside any tree of ours).
 _TEARDOWN_CHILD = """
-import os, signal, subprocess, sys, time
+import faulthandler, os, signal, subprocess, sys, time
 from bench.cli.common import stop_on_signals
 from bench.launch import netns
+
+faulthandler.register(signal.SIGUSR1)  # the test asks where a slow teardown is
 
 phase, marker = sys.argv[1], sys.argv[2]
 
@@ -291,14 +294,33 @@ with stop_on_signals(), netns.two_hosts(with_sshd=True, rate_bps=10**9) as hosts
            "-o", "BatchMode=yes", hosts.addresses[1], f"sleep 1001.{marker}"]
     subprocess.Popen(ssh, start_new_session=True, stdin=subprocess.DEVNULL,
                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    def remote_command_runs() -> bool:  # sshd's child, not the ssh client naming it
+        out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+        return f"\\nsleep 1001.{marker}" in out
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and f"1001.{marker}" not in subprocess.run(
-        ["ps", "-eo", "args"], capture_output=True, text=True
-    ).stdout:
+    while time.monotonic() < deadline and not remote_command_runs():
         time.sleep(0.2)
-    print("up", flush=True)
+    print("up" if remote_command_runs() else "the ssh session's command never started", flush=True)
     time.sleep(120)
 """
+
+
+def _stuck(child: subprocess.Popen[str]) -> str:
+    """Where a child that would not end is: its Python stack, its and its children's
+    states, then it is killed (so that its pipes can be read)."""
+    child.send_signal(signal.SIGUSR1)  # faulthandler: every thread's stack to stderr
+    states = subprocess.run(
+        ["ps", "-o", "pid,ppid,stat,wchan:24,args", "--ppid", str(child.pid), "-p", str(child.pid)],
+        capture_output=True,
+        text=True,
+    ).stdout
+    time.sleep(1)
+    child.kill()
+    child.wait()
+    assert child.stderr is not None
+    os.set_blocking(child.stderr.fileno(), False)  # a grandchild may hold the pipe open
+    err = child.stderr.read() or ""
+    return f"{states}\n--- stderr ---\n{err[-4000:]}"
 
 
 def _left_behind(marker: str, pid: int) -> list[str]:
@@ -323,9 +345,14 @@ def test_an_interrupt_at_any_phase_leaves_nothing_behind(phase: str) -> None:
     )  # fmt: skip
     if phase == "in-use":
         assert child.stdout is not None
-        assert child.stdout.readline().strip() == "up", child.stderr.read() if child.stderr else ""
+        line = child.stdout.readline().strip()
+        assert line == "up", f"{line}\n{_stuck(child)}"
         child.send_signal(signal.SIGINT)
-    child.wait(timeout=120)
+    # Every phase of the teardown is bounded (3 s grace a round): a minute is a hang.
+    try:
+        child.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the interrupted child did not end within 60 s:\n{_stuck(child)}")
     err = child.stderr.read() if child.stderr else ""
     assert "KeyboardInterrupt" in err, err[-2000:]
     assert _left_behind(str(int(marker, 16) % 10**6), child.pid) == []

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -365,7 +365,7 @@ def test_remote_workers_started_by_ssh_run_as_steps_and_are_cancelled(
             assert shim.poll() is None, shim.stderr.read() if shim.stderr else ""
             time.sleep(0.2)
         assert marker in _ps(), "the remote command never started"
-        assert slurm.cancel_steps(job, "shim"), "no step of the cell's name"
+        assert slurm.cancel_steps(job, "shim").steps, "no step of the cell's name"
         deadline = time.monotonic() + 60
         while marker in _ps() and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -379,12 +379,8 @@ def _ps() -> str:
     return subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
 
 
-@pytest.mark.distributed
-def test_a_step_whose_srun_was_killed_is_cancelled(
-    cluster: slurm_cluster.SlurmCluster, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    env = cluster.environ()
-    monkeypatch.setenv("SLURM_CONF", env["SLURM_CONF"])  # for cancel_steps' squeue and scancel
+def _allocate(env: dict[str, str]) -> tuple[str, Callable[[], list[str]]]:
+    """A one-task allocation, and a function listing its steps named bench-t1."""
     out = subprocess.run(
         ["salloc", "--no-shell", "--ntasks", "1"], env=env, capture_output=True, text=True
     )
@@ -399,24 +395,71 @@ def test_a_step_whose_srun_was_killed_is_cancelled(
         )
         return [line.split()[0] for line in out.stdout.splitlines() if "bench-t1" in line]
 
+    return job, steps
+
+
+def _srun(env: dict[str, str], job: str, command: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        ["srun", "--jobid", job, "--job-name", slurm.step_name("t1"), *command.split()],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+@pytest.mark.distributed
+def test_a_step_whose_srun_was_killed_is_cancelled(
+    cluster: slurm_cluster.SlurmCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = cluster.environ()
+    monkeypatch.setenv("SLURM_CONF", env["SLURM_CONF"])  # for cancel_steps' squeue and scancel
+    job, steps = _allocate(env)
+    task = f"sleep 300.{os.getpid()}"
     try:
-        srun = subprocess.Popen(
-            ["srun", "--jobid", job, "--job-name", slurm.step_name("t1"), "sleep", "300"],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        srun = _srun(env, job, task)
         deadline = time.monotonic() + 60
-        while not steps() and time.monotonic() < deadline:
-            time.sleep(0.5)
-        srun.kill()  # SIGKILL: srun cannot end its step, which keeps running
+        while task not in _ps() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert task in _ps(), "the step's task never started"
+        srun.kill()  # SIGKILL once the task runs: srun cannot end its step, which stays
         srun.wait()
         time.sleep(2)
         assert steps(), "the step ended with its srun: nothing left to test"
-        assert slurm.cancel_steps(job, "t1")
-        deadline = time.monotonic() + 60
-        while steps() and time.monotonic() < deadline:
-            time.sleep(0.5)
+        cancelled = slurm.cancel_steps(job, "t1")
+        assert cancelled.steps and not cancelled.stuck, cancelled
         assert not steps()
+        assert task not in _ps(), "the step's task outlived its cancelled step"
+    finally:
+        subprocess.run(["scancel", job], env=env, capture_output=True)
+
+
+@pytest.mark.distributed
+def test_a_step_whose_srun_died_before_launch_is_named(
+    cluster: slurm_cluster.SlurmCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """srun killed between creating its step and launching the task leaves a step that
+    the controller keeps and no scancel ends: it is reported, with what to do."""
+    env = cluster.environ()
+    monkeypatch.setenv("SLURM_CONF", env["SLURM_CONF"])
+    job, steps = _allocate(env)
+    try:
+        for _ in range(10):  # the window is a few milliseconds: try until srun dies in it
+            srun = _srun(env, job, "sleep 300")
+            deadline = time.monotonic() + 60
+            while not steps() and time.monotonic() < deadline:
+                pass
+            srun.kill()
+            srun.wait()
+            deadline = time.monotonic() + 10  # a launched step ends: its stepd cannot reach srun
+            while steps() and time.monotonic() < deadline:
+                time.sleep(0.5)
+            if steps():
+                break
+        else:
+            pytest.skip("srun never died between creating its step and launching it")
+        cancelled = slurm.cancel_steps(job, "t1", wait=3)
+        assert cancelled.stuck == steps() == cancelled.steps
+        note = cancelled.note(job)
+        assert f"step {cancelled.stuck[0]} of job {job}" in note and f"scancel {job}" in note
     finally:
         subprocess.run(["scancel", job], env=env, capture_output=True)

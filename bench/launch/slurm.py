@@ -171,29 +171,66 @@ def srun_argv(name: str, hosts: Sequence[Host], tasks_per_node: int, cpus: int) 
     ]
 
 
-def cancel_steps(job_id: str, tag: str) -> list[str]:
-    """Cancel any step of this job still named for `tag` (its srun was killed); the ids."""
-    with contextlib.suppress(SlurmError):
-        squeue = _tool("squeue")
-        try:
-            out = subprocess.run(
-                [squeue, "--steps", "--jobs", job_id, "--noheader", "--format=%i %j"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-            ).stdout
-        except (OSError, subprocess.SubprocessError):
-            return []
-        steps = [
-            line.split()[0] for line in out.splitlines() if line.split()[1:] == [step_name(tag)]
-        ]
-        if steps:
-            with contextlib.suppress(OSError, subprocess.SubprocessError):
-                subprocess.run(
-                    [_tool("scancel"), "--signal=KILL", *steps], capture_output=True, timeout=30
-                )
-        return steps
-    return []
+# How long a cancelled step may take to leave the controller's list of steps.
+CANCEL_WAIT_S = 15.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Cancelled:
+    """The steps of one cell found after its srun ended, and those Slurm kept."""
+
+    steps: list[str]
+    stuck: list[str]
+
+    def note(self, job_id: str) -> str:
+        """What a user should know about the steps Slurm kept ('' when none)."""
+        if not self.stuck:
+            return ""
+        return (
+            f"bench run: Slurm still lists step {', '.join(self.stuck)} of job {job_id} "
+            f"{CANCEL_WAIT_S:g}s after cancelling it (its srun died before its tasks were "
+            "launched, so no node knows the step and no scancel ends it); later cells of "
+            f"this job may wait for its CPUs until they time out: scancel {job_id} and "
+            "resubmit to resume"
+        )
+
+
+def cancel_steps(job_id: str, tag: str, wait: float = CANCEL_WAIT_S) -> Cancelled:
+    """Cancel any step of this job still named for `tag` (its srun was killed).
+
+    The tasks get SIGKILL at once (`scancel --signal` goes straight to the nodes and
+    leaves the controller's state alone), then the controller cancels the step, which
+    ends a step whose tasks are gone but whose stepd never reported. A step whose srun
+    died before launching anything stays listed whatever is done (Slurm 22.05): it is
+    returned as stuck after `wait` seconds, with no process of ours behind it.
+    """
+    steps = _named_steps(job_id, tag)
+    if not steps:
+        return Cancelled([], [])
+    with contextlib.suppress(SlurmError, OSError, subprocess.SubprocessError):
+        scancel = _tool("scancel")
+        for how in (["--signal=KILL"], []):
+            subprocess.run([scancel, *how, *steps], capture_output=True, timeout=30)
+    deadline = time.monotonic() + wait
+    left = _named_steps(job_id, tag)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = _named_steps(job_id, tag)
+    return Cancelled(steps, left)
+
+
+def _named_steps(job_id: str, tag: str) -> list[str]:
+    """The ids of this job's steps named for `tag`, as squeue lists them now."""
+    try:
+        out = subprocess.run(
+            [_tool("squeue"), "--steps", "--jobs", job_id, "--noheader", "--format=%i %j"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
+    except (SlurmError, OSError, subprocess.SubprocessError):
+        return []
+    return [line.split()[0] for line in out.splitlines() if line.split()[1:] == [step_name(tag)]]
 
 
 # --- sbatch ----------------------------------------------------------------------------

@@ -267,7 +267,10 @@ def _supervise(
         return process.run_launches([n.argv for n in launch.nodes], launch.logs, timeout)
     finally:
         if cell.allocation:  # a killed srun can leave its step running: cancel it
-            slurm.cancel_steps(cell.allocation.job_id, slurm_tag(labels))
+            job = cell.allocation.job_id
+            note = slurm.cancel_steps(job, slurm_tag(labels)).note(job)
+            if note:
+                print(note, file=sys.stderr, flush=True)
         # launchers echo the environment into their logs (paddle's envlog.N and more)
         allowlist.scrub_log_dir(log_dir)
 
