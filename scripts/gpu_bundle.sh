@@ -8,7 +8,7 @@
 # Usage: scripts/gpu_bundle.sh [OUT]      (OUT default: build/gpu-bundle, ignored by git)
 # Then, on the node: scripts/gpu_check.sh --offline --bundle OUT [RESULTS]
 #
-# Environment (defaults fit the node described in README "GPU path"):
+# Environment (defaults fit the node described in docs/gpu.md):
 #   BENCH_BUNDLE_TORCH   the node's torch version (default 2.11.0; PyPI's Linux build is +cu130)
 #   BENCH_BUNDLE_PYTHON  a Python of the node's minor version (default: python3.12, or pyenv's)
 #   BENCH_CUDA_HOME      CUDA toolkit whose nvcc compiles (default: /usr/local/cuda)

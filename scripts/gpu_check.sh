@@ -3,8 +3,8 @@
 # have no network: a sweep of DDP, Horovod (NCCL) and Paddle at 1 GPU (and at all
 # GPUs when there are several) on resnet50 (synthetic 224x224, fp32 and bf16) and
 # lenet (digits), then the GPU tests; an engine not installed there is recorded as
-# unavailable and the others run. Sized for under 8 minutes on one H200 (README
-# "GPU path" gives the step costs behind the estimate).
+# unavailable and the others run. Sized for under 8 minutes on one H200 (docs/gpu.md
+# gives the step costs behind the estimate).
 #
 # Usage: scripts/gpu_check.sh [--offline] [--dry-run] [--bundle DIR] [OUT]
 #   OUT        output folder (default results/gpu-check-<time>); at the end it holds at
@@ -72,7 +72,7 @@ need = ["numpy", "torch", "yaml", "psutil", "pandas", "tabulate", "matplotlib"]
 print(" ".join(m for m in need if importlib.util.find_spec(m) is None))
 EOF
 ) || refuse "$py does not run"
-[ -z "$missing" ] || refuse "$py lacks these packages the suite needs: $missing (carry their wheels; see README \"GPU path\")"
+[ -z "$missing" ] || refuse "$py lacks these packages the suite needs: $missing (carry their wheels; see docs/gpu.md)"
 read -r torch_v py_tag has_pytest < <("$py" -c '
 import importlib.util, sys, torch
 print(torch.__version__, f"cp{sys.version_info[0]}{sys.version_info[1]}", int(importlib.util.find_spec("pytest") is not None))')
@@ -213,7 +213,7 @@ for r in loaded.records:
     gpu = max(res.get("peak_gpu_mb") or [0]) or float("nan")
     print(f"{r['engine']:8} {s.get('model', '?'):9} {s.get('precision', '?'):5} {r['world_size']:>2} "
           f"{r['status']:11} {r.get('throughput') or float('nan'):>10.1f} {gpu:>11.0f} "
-          f"{r.get('wall_time_s') or float('nan'):>7.1f}")
+          f"{r.get('training_wall_s') or float('nan'):>7.1f}")
 for p in loaded.problems:
     print("problem:", p)
 EOF

@@ -4,8 +4,8 @@
     .venv/bin/python scripts/perf.py                     # A/B against the merge base with main
     .venv/bin/python scripts/perf.py --base REV          # A/B against REV
     .venv/bin/python scripts/perf.py --base-file .ci/perf-base   # CI: the base kept in the repo
-    .venv/bin/python scripts/perf.py --baseline          # against the committed baseline, when
-                                                         # it was saved on this machine
+    .venv/bin/python scripts/perf.py --baseline          # against a baseline saved
+                                                         # on this machine (never committed)
     .venv/bin/python scripts/perf.py --save-baseline     # record this machine's baseline
 
 A/B: REV is checked out in a temporary git worktree sharing this .venv; the two
@@ -117,10 +117,9 @@ def verdict(base: list[perfgate.Launch], new: list[perfgate.Launch], threshold: 
 def against_baseline(args: argparse.Namespace) -> int:
     saved = sorted(BASELINE.glob("**/*.json"))
     if not saved:
-        print(
-            "perf: no committed baseline; make one on this machine: scripts/perf.sh --save-baseline"
+        sys.exit(
+            "perf: no saved baseline; make one on this machine: scripts/perf.sh --save-baseline"
         )
-        return 0
     base = [perfgate.Launch.read(p) for p in saved]
     work = Path(tempfile.mkdtemp(prefix="bench-perf-"))
     try:
@@ -129,9 +128,8 @@ def against_baseline(args: argparse.Namespace) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if not perfgate.same_machine(base[0].machine, new[0].machine):
-        print("perf: the committed baseline was saved on another machine, so it is not compared; "
-              "make a local one (scripts/perf.sh --save-baseline) or run the A/B check (scripts/perf.sh)")  # fmt: skip
-        return 0
+        sys.exit("perf: the baseline was saved on another machine, so it is not compared; make a "
+                 "local one (scripts/perf.sh --save-baseline) or run the A/B check (scripts/perf.sh)")  # fmt: skip
     return verdict(base, new, args.threshold)
 
 
@@ -150,7 +148,7 @@ def main() -> int:
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--base", metavar="REV", help="A/B against this revision")
     where.add_argument("--base-file", metavar="FILE", help="A/B against the revision in FILE")
-    where.add_argument("--baseline", action="store_true", help="against the committed baseline")
+    where.add_argument("--baseline", action="store_true", help="against the baseline saved here")
     where.add_argument("--save-baseline", action="store_true", help="save this machine's baseline")
     parser.add_argument("--launches", type=int, default=5, help="launches per side (default: 5)")
     parser.add_argument(

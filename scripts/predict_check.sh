@@ -5,7 +5,7 @@
 # its error per engine (predicted / measured throughput - 1). Needs root (namespaces,
 # tc) and an sshd for horovod. Time it on a quiet machine: other load is measured too.
 #
-#   sudo scripts/predict_check.sh                 full check (README: "Checked against runs")
+#   sudo scripts/predict_check.sh                 full check (docs/prediction.md, "Checked against runs")
 #   sudo scripts/predict_check.sh --smallest      one engine, one model, two rates: proves
 #                                                 the pipeline end to end in minutes
 #

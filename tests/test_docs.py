@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from bench import cli
+from bench.contract.spec import RunSpec
 from bench.engines import Engine
+from bench.sweep import SweepConfig, load_config_file, plan
 from runners.protocol.main import build_parser
 from tests.conftest import ROOT
 
@@ -77,3 +79,13 @@ def test_the_readme_is_a_first_five_minutes() -> None:
     text = (ROOT / "README.md").read_text()
     assert len(text.splitlines()) < 200
     assert "bash scripts/run.sh" in text and "bash scripts/test.sh" in text
+
+
+def test_the_example_sweep_file_loads_and_plans() -> None:
+    """The config file the README points to is a valid sweep: 3 engines x 2 worker counts
+    x lenet x 5 repeats, plus compute-only twins of the 2-worker cells."""
+    settings, spec = load_config_file(ROOT / "docs" / "sweep.example.toml")
+    cells = plan(SweepConfig.from_dict(settings), RunSpec.from_dict(spec))
+    timed = [c for c in cells if c.spec.grad_sync]
+    assert len(timed) == 3 * 2 * 5 and len(cells) - len(timed) == 3 * 5
+    assert {c.spec.epochs for c in cells} == {2}
