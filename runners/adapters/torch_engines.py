@@ -404,8 +404,9 @@ class DDPAdapter(TorchAdapter):
     def shutdown(self) -> None:
         """Leave in this order, while the interpreter is fully alive: release the DDP
         wrapper (its reducer holds the process group and the comm hook, whose callbacks
-        run on Gloo's threads), destroy the process group, then collect, so that Gloo's
-        threads are joined here and never during interpreter finalisation."""
+        run on Gloo's threads), destroy the process group, then collect. With torch 2.13
+        Gloo's threads still outlive this once a DDP wrapper was built (see
+        tests/probes/gloo_threads.py); a death at exit keeps the run's record."""
         self.model = self.module
         gc.collect()
         if dist.is_initialized():
