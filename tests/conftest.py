@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -21,6 +22,19 @@ RUN_TIMEOUT_S = 240
 # Tests check what runs train, not how steady their throughput is: no measurement-only
 # windows after training (tests/test_timing.py covers those), unless a test asks.
 NO_EXTRA_WINDOWS = ["--target-ci", "0"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C reaches what the tests start, however the suite itself was started.
+
+    A script that runs a command in the background (`cmd &`) or under nohup starts it
+    with SIGINT ignored, and every process below inherits that: the tests that press
+    Ctrl-C on a sweep or on a namespace pair would see nothing happen. A handler, unlike
+    SIG_IGN, is reset to the default at exec, so the suite's children start as they
+    would from a terminal.
+    """
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _measure_args(args: list[str]) -> list[str]:

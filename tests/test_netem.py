@@ -307,7 +307,7 @@ with stop_on_signals(), netns.two_hosts(with_sshd=True, rate_bps=10**9) as hosts
 
 def _stuck(child: subprocess.Popen[str]) -> str:
     """Where a child that would not end is: its Python stack, its and its children's
-    states, then it is killed (so that its pipes can be read)."""
+    states; then it is stopped (SIGTERM, which tears the pair down; SIGKILL after 30 s)."""
     child.send_signal(signal.SIGUSR1)  # faulthandler: every thread's stack to stderr
     states = subprocess.run(
         ["ps", "-o", "pid,ppid,stat,wchan:24,args", "--ppid", str(child.pid), "-p", str(child.pid)],
@@ -315,8 +315,12 @@ def _stuck(child: subprocess.Popen[str]) -> str:
         text=True,
     ).stdout
     time.sleep(1)
-    child.kill()
-    child.wait()
+    child.terminate()
+    try:
+        child.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
     assert child.stderr is not None
     os.set_blocking(child.stderr.fileno(), False)  # a grandchild may hold the pipe open
     err = child.stderr.read() or ""
