@@ -188,7 +188,7 @@ class Cancelled:
             return ""
         return (
             f"bench run: Slurm still lists step {', '.join(self.stuck)} of job {job_id} "
-            f"{CANCEL_WAIT_S:g}s after cancelling it (its srun died before its tasks were "
+            "after cancelling it (its srun died before its tasks were "
             "launched, so no node knows the step and no scancel ends it); later cells of "
             f"this job may wait for its CPUs until they time out: scancel {job_id} and "
             "resubmit to resume"
