@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # Check the scaling model (bench predict) against real runs: every engine and model at
-# 2 workers across two network namespaces, at each link rate; bench collectives on the
-# same links; the model fitted on one rate predicts the others, and the table gives
-# its error per engine (predicted / measured throughput - 1). Needs root (namespaces,
-# tc) and an sshd for horovod. Time it on a quiet machine: other load is measured too.
+# 2 workers across two network namespaces, at each link rate, and at 4 workers (two a
+# namespace) on the first; bench collectives at 2 and 4 workers on the same links (two
+# worker counts separate the fixed and per-hop latency); the model fitted at 2 workers
+# on the first rate predicts the other rates and the 4-worker runs, and the table gives
+# its error per engine (predicted / measured throughput - 1) and whether each 95%
+# interval holds the measured value. Needs root (namespaces, tc) and an sshd for
+# horovod. Time it on a quiet machine: other load is measured too.
 #
 #   sudo scripts/predict_check.sh                 full check (docs/prediction.md, "Checked against runs")
 #   sudo scripts/predict_check.sh --smallest      one engine, one model, two rates: proves
 #                                                 the pipeline end to end in minutes
 #
-# Settings (environment): RATES (first = the fitted one), ENGINES, MODELS, REPEATS,
-# MAX_STEPS, SIZES, ITERS, RESULTS, PYTHON. Reruns resume: cells already recorded are
+# Settings (environment): RATES (first = the fitted one), CHECK_WORKERS (on the first
+# rate; empty: none), ENGINES, MODELS, REPEATS, MAX_STEPS, SIZES, ITERS, RESULTS, PYTHON. Reruns resume: cells already recorded are
 # skipped (bench run), so an interrupted check continues where it stopped.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -18,7 +21,7 @@ export PYTHONPATH=$PWD
 py=${PYTHON:-$PWD/.venv/bin/python}
 if [[ "${1:-}" == --smallest ]]; then
     : "${RATES:=200mbit 1gbit}" "${ENGINES:=ddp}" "${MODELS:=mlp}" "${REPEATS:=1}"
-    : "${MAX_STEPS:=20}" "${SIZES:=65536,1048576}" "${ITERS:=5}"
+    : "${MAX_STEPS:=20}" "${SIZES:=65536,1048576}" "${ITERS:=5}" "${CHECK_WORKERS=}"
 elif [[ -n "${1:-}" ]]; then
     echo "usage: $0 [--smallest]  (settings through RATES, ENGINES, MODELS, ...)" >&2
     exit 2
@@ -32,6 +35,7 @@ MAX_STEPS=${MAX_STEPS:-60}
 SIZES=${SIZES:-4096,65536,1048576,16777216}
 ITERS=${ITERS:-10}
 RESULTS=${RESULTS:-results/predict-check}
+CHECK_WORKERS=${CHECK_WORKERS-4}
 read -r -a rates <<<"$RATES"
 (( ${#rates[@]} >= 2 )) || { echo "RATES needs two rates or more: fit one, check the others" >&2; exit 2; }
 
@@ -42,9 +46,15 @@ for rate in "${rates[@]}"; do
         --models "$MODELS" --repeats "$REPEATS" --max-steps "$MAX_STEPS" --epochs 1 \
         --results "$RESULTS" --no-compare || echo "WARNING: some $rate cells did not finish ok" >&2
     echo "== $rate: all-reduce latency and bus bandwidth"
-    "$py" -m bench collectives --emulate-link "$rate" --workers 2 --engines "$ENGINES" \
+    "$py" -m bench collectives --emulate-link "$rate" --workers "2${CHECK_WORKERS:+,$CHECK_WORKERS}" --engines "$ENGINES" \
         --sizes "$SIZES" --iters "$ITERS" --results "$RESULTS" ||
         echo "WARNING: some $rate collectives did not finish ok" >&2
 done
-echo "== the model fitted on ${rates[0]}, checked on the other rates"
-exec "$py" -m bench predict "$RESULTS" --fit-link "${rates[0]}" --check
+if [[ -n "$CHECK_WORKERS" ]]; then
+    echo "== ${rates[0]}: training cells at $CHECK_WORKERS workers (checked, never fitted)"
+    "$py" -m bench run --emulate-link "${rates[0]}" --workers "$CHECK_WORKERS" --engines "$ENGINES" \
+        --models "$MODELS" --repeats "$REPEATS" --max-steps "$MAX_STEPS" --epochs 1 \
+        --results "$RESULTS" --no-compare || echo "WARNING: some $CHECK_WORKERS-worker cells did not finish ok" >&2
+fi
+echo "== the model fitted at 2 workers on ${rates[0]}, checked on the other rates and worker counts"
+exec "$py" -m bench predict "$RESULTS" --fit-link "${rates[0]}" --fit-workers 2 --check

@@ -1,17 +1,27 @@
-"""The scaling model (bench/predict.py) on synthetic records with a known answer."""
+"""The scaling model (bench/analysis/predict) on synthetic records with a known answer.
+
+Each term of the model has a case worked by hand: latency and bandwidth each from the
+sizes that identify them, the latency split from two worker counts, intervals over
+runs as units, the CPU communication takes from shared cores, a fully hidden
+communication reported as the bound it is, and the bytes and batch the model uses.
+"""
 
 from __future__ import annotations
 
+import math
 import uuid
 from typing import Any, cast
 
 import numpy as np
 import pytest
 
+import models
 from bench import cli, records
 from bench.analysis import frame as runs
 from bench.analysis import html, predict, render
 from bench.cli.common import EXIT_BAD_INPUT
+from bench.contract import data
+from bench.measure import stats
 from bench.records import schema
 from bench.records.types import LoadedRecord
 
@@ -23,8 +33,8 @@ COMPUTE = 0.010
 SYNC = 0.013  # 3 ms of the step is exposed communication
 
 
-def _train(world: int, step_s: float, *, sync: bool = True, rate: int | None = RATE0,
-           windows: int = 5, spread: float = 0.0) -> LoadedRecord:  # fmt: skip
+def _train(world: int, step_s: float, *, sync: bool = True, rate: int | None = RATE0, windows: int = 5,
+           spread: float = 0.0, cpu_cores: float | None = None, **spec: Any) -> LoadedRecord:  # fmt: skip
     per = 32
     steps = step_s * (1 + spread * np.linspace(-1, 1, windows))
     rec: dict[str, Any] = {
@@ -42,28 +52,38 @@ def _train(world: int, step_s: float, *, sync: bool = True, rate: int | None = R
             "grad_sync": sync,
             "seed": 0,
             "scaling": "weak",
+            "threads": 1,
+            **spec,
         },
         "per_worker_batch": per,
         "global_batch": per * world,
         "window_throughput": [per * world / s for s in steps],
         "throughput": per * world / step_s,
         "dataset": {"input_shape": [1, 28, 28]},
+        # namespaces: one worker a host, every host on this 2-CPU machine
+        "cpu_budget": {
+            "workers_on_host": 1 if rate else world,
+            "threads_per_worker": 1,
+            "usable_cpus": 2,
+        },
     }
     if rate:
         rec["link"] = {"rate_bps": rate, "emulated": True, "qdisc": "tbf"}
+    if cpu_cores is not None:
+        rec["contention"] = [{"own_cpu_cores": cpu_cores}] * world
     return cast(LoadedRecord, rec)
 
 
-def _collective(rate: int | None = RATE0, busbw: float = BUSBW) -> LoadedRecord:
-    sizes = [4096, 2**20, 4 * 2**20]
+def _collective(rate: int | None = RATE0, busbw: float = BUSBW, world: int = 2, latency: float = ALPHA,
+                sizes: tuple[int, ...] = (4096, 2**20, 4 * 2**20)) -> LoadedRecord:  # fmt: skip
+    factor = 2 * (world - 1) / world
     rec: dict[str, Any] = {
         "kind": "collective",
         "status": "ok",
         "engine": "ddp",
-        "world_size": 2,
+        "world_size": world,
         "run_id": uuid.uuid4().hex,
-        # at 2 workers the ring's 2(n-1)/n traffic factor is 1
-        "results": [{"bytes": s, "latency_s": ALPHA + s / busbw, "busbw_gbps": 0.0} for s in sizes],
+        "results": [{"bytes": s, "latency_s": latency + s * factor / busbw} for s in sizes],
     }
     if rate:
         rec["link"] = {"rate_bps": rate, "emulated": True, "qdisc": "tbf"}
@@ -74,79 +94,249 @@ def _measured(**kw: Any) -> list[LoadedRecord]:
     return [_train(2, SYNC, **kw), _train(2, COMPUTE, sync=False, **kw), _collective()]
 
 
+def _comm(n: int, busbw: float = BUSBW, fixed: float = 0.0, hop: float = ALPHA / 2) -> float:
+    """One message (the mlp's gradients fit one bucket) over a ring of n."""
+    return 2 * (n - 1) / n * GRAD / busbw + fixed + 2 * (n - 1) * hop
+
+
 def _by_hand(n: int, busbw: float = BUSBW, compute: float = COMPUTE) -> float:
-    """The documented model, written out: step seconds at n workers."""
-    hop = ALPHA / 2
+    """The documented model with free cores, written out: step seconds at n workers."""
+    hidden_share = (_comm(2) - (SYNC - COMPUTE)) / COMPUTE  # at the fitted link
+    return compute + max(_comm(n, busbw) - hidden_share * compute, 0.0)
 
-    def comm(k: int, bw: float) -> float:  # one message: the mlp's gradients fit one bucket
-        return 2 * (k - 1) / k * GRAD / bw + 1 * 2 * (k - 1) * hop
 
-    hidden_share = (comm(2, BUSBW) - (SYNC - COMPUTE)) / COMPUTE  # at the fitted link
-    return compute + max(comm(n, busbw) - hidden_share * compute, 0.0)
+# --- the collective's terms -----------------------------------------------------------------
 
 
 def test_ring_allreduce_cost_is_textbook() -> None:
-    assert predict.ring_allreduce_s(1e8, 1, 2, 1e8, 0.0) == pytest.approx(1.0)
-    assert predict.ring_allreduce_s(1e8, 1, 4, 1e8, 0.0) == pytest.approx(1.5)
-    assert predict.ring_allreduce_s(0.0, 4, 4, 1e8, 1e-3) == pytest.approx(4 * 6 * 1e-3)
-    assert predict.ring_allreduce_s(1e8, 3, 1, 1e8, 1.0) == 0.0
+    link = predict.LinkCost(predict.LatencySplit(0.0, 1e-3, True), {2: 1e8}, None)
+    assert link.allreduce_s(1e8, 1, 2, busbw_bps=1e8) == pytest.approx(1.0 + 2e-3)
+    assert link.allreduce_s(1e8, 1, 4, busbw_bps=1e8, hop_s=0.0) == pytest.approx(1.5)
+    assert link.allreduce_s(0.0, 4, 4) == pytest.approx(4 * 6 * 1e-3)
+    assert link.allreduce_s(1e8, 3, 1) == 0.0
 
 
-def test_collective_fit_recovers_latency_and_bus_bandwidth() -> None:
-    latency, busbw = predict.fit_collective(_collective()["results"], 2)
-    assert latency == pytest.approx(ALPHA) and busbw == pytest.approx(BUSBW)
+def test_latency_comes_from_small_messages_and_bandwidth_from_large() -> None:
+    # a 112 MB/s link with 100 us latency, sizes 4 KiB-64 MiB, 2% noise on every time:
+    # a least-squares intercept through all sizes ranges over +-1 ms here
+    sizes = [4096 * 4**k for k in range(8)]
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        noisy = [{"bytes": s, "latency_s": (1e-4 + s / 112e6) * (1 + 0.02 * rng.standard_normal())} for s in sizes]  # fmt: skip
+        cost = predict.record_cost(noisy, 2)
+        assert 0.8e-4 < cost.latency_s < 1.2e-4 + 0.03 * 4096 / 112e6
+        assert cost.busbw_bps == pytest.approx(112e6, rel=0.06)
 
 
-def test_gradient_bytes_are_the_models_float32_parameters() -> None:
-    assert predict.grad_bytes_of("mlp", (1, 28, 28)) == GRAD
-    # ResNet-50 on ImageNet: 25.56 M trainable parameters (BatchNorm scale/shift included)
-    assert predict.grad_bytes_of("resnet50", (3, 224, 224), 1000) / 4 == pytest.approx(
-        25.557e6, rel=1e-3
+def test_a_record_that_cannot_give_both_terms_is_refused() -> None:
+    flat = [{"bytes": 4096, "latency_s": 2e-3}, {"bytes": 2**22, "latency_s": 1e-3}]
+    with pytest.raises(predict.PredictError, match="took no longer than its smallest"):
+        predict.record_cost(flat, 2)
+    with pytest.raises(predict.PredictError, match="two message sizes or more"):
+        predict.record_cost(flat[:1], 2)
+    notes: list[str] = []
+    bad = _collective()
+    bad["results"] = flat  # type: ignore[typeddict-item]
+    assert predict.samples([*_measured()[:2], bad], notes=notes) == []
+    assert any("took no longer" in n for n in notes)
+
+
+def test_fixed_and_per_hop_latency_are_told_apart_by_two_worker_counts() -> None:
+    fixed, hop = 5e-5, 2.5e-5  # latency(2) = 100 us, latency(4) = 200 us
+    split = predict.split_latency({2: fixed + 2 * hop, 4: fixed + 6 * hop})
+    assert (
+        split.identified
+        and split.fixed_s == pytest.approx(fixed)
+        and split.hop_s == pytest.approx(hop)
     )
+    one = predict.split_latency({2: 1e-4})
+    assert not one.identified and one.fixed_s == 0 and one.hop_s == pytest.approx(5e-5)
+    falling = predict.split_latency({2: 2e-4, 4: 1e-4})  # noise: all of it fixed
+    assert falling.identified and falling.hop_s == 0 and falling.fixed_s == pytest.approx(1.5e-4)
+    # fitted from records at 2 and 4 workers, the prediction at 8 pays fixed + 14 hops
+    recs = [*_measured(), _collective(world=4, latency=fixed + 6 * hop)]
+    recs[2] = _collective(latency=fixed + 2 * hop)
+    (sample,) = predict.samples(recs)
+    fit = sample.fit()
+    assert fit.link.latency.identified
+    step = predict.Target().step_s(fit, 8)
+    comm2 = _comm(2, fixed=fixed, hop=hop)
+    hidden = comm2 - (SYNC - COMPUTE)
+    assert step == pytest.approx(COMPUTE + _comm(8, fixed=fixed, hop=hop) - hidden)
+    assert "latency split" not in " ".join(sample.held_fixed())
+    (alone,) = predict.samples(_measured())
+    assert any("latency split" in h for h in alone.held_fixed())
+
+
+# --- the fit and its prediction -------------------------------------------------------------
 
 
 def test_prediction_matches_the_model_worked_by_hand() -> None:
     (sample,) = predict.samples(_measured())
     fit = sample.fit()
-    assert fit.messages == 1 and fit.step_s(2) == pytest.approx(SYNC)  # reproduces the fit
-    preds = predict.run([sample], predict.Target(), [8, 64, 512], resamples=20)
+    assert fit.grad_bytes == GRAD and fit.messages == 1 and not fit.censored
+    preds = predict.run([sample], predict.Target(), [8, 64, 512], draws=20)
     for p in preds:
         step = _by_hand(p.workers)
         assert p.step_s == pytest.approx(step)
         assert p.throughput == pytest.approx(p.workers * 32 / step)
-        assert p.efficiency == pytest.approx(COMPUTE / step)
-        # windows without spread: the interval is the point
-        assert p.throughput_interval == pytest.approx((p.throughput, p.throughput))
-    assert [p.efficiency for p in preds] == sorted((p.efficiency for p in preds), reverse=True)
+        assert p.compute_share == pytest.approx(COMPUTE / step)
 
 
 def test_another_link_rate_scales_bus_bandwidth_and_user_inputs_replace_measured_ones() -> None:
     (sample,) = predict.samples(_measured())
     fit = sample.fit()
-    target = predict.Target(link_rate_bps=25 * RATE0)
-    (p,) = [predict.predict(fit, target, 64)]
+    p = predict.predict(fit, predict.Target(link_rate_bps=25 * RATE0), 64)
     assert p.step_s == pytest.approx(_by_hand(64, busbw=25 * BUSBW))
     given = predict.Target(link_rate_bps=25 * RATE0, busbw_fraction=0.5, compute_s=0.2)
     p = predict.predict(fit, given, 64)
     assert p.step_s == pytest.approx(_by_hand(64, busbw=0.5 * 25 * RATE0 / 8, compute=0.2))
-    assert p.efficiency == pytest.approx(0.2 / p.step_s)
+    assert p.compute_share == pytest.approx(0.2 / p.step_s)
 
 
-def test_spread_in_the_windows_gives_an_interval_around_the_point() -> None:
-    (sample,) = predict.samples(_measured(spread=0.1, windows=9))
-    (p,) = predict.run([sample], predict.Target(), [64], resamples=200)
-    lo, hi = p.throughput_interval
-    assert lo < p.throughput < hi and hi / lo > 1.01
-    again = predict.run([sample], predict.Target(), [64], resamples=200)[0]
+def test_the_interval_treats_runs_not_windows_as_units() -> None:
+    # three runs of 100, 110 and 120 ms, each with windows spread +-10%: the windows
+    # pooled give about [108, 112] ms; the runs' t-interval is what the step must span
+    sync = [_train(2, s, windows=9, spread=0.1) for s in (0.100, 0.110, 0.120)]
+    compute = [_train(2, 0.050, sync=False) for _ in range(3)]
+    (sample,) = predict.samples([*sync, *compute, _collective(), _collective()])
+    (p,) = predict.run([sample], predict.Target(), [2], draws=4000)
+    lo, hi = stats.log_t_interval([0.100, 0.110, 0.120]) or (0.0, 0.0)
+    assert 64 / p.throughput_interval[1] == pytest.approx(lo, rel=0.04)
+    assert 64 / p.throughput_interval[0] == pytest.approx(hi, rel=0.04)
+    again = predict.run([sample], predict.Target(), [2], draws=4000)[0]
     assert again.throughput_interval == p.throughput_interval  # seeded: reproducible
 
 
+def test_an_input_with_one_unit_is_named_as_held_fixed() -> None:
+    (sample,) = predict.samples(_measured())
+    held = sample.held_fixed()
+    assert "synced step (1 run)" in held and "collectives at 2 workers (1 record)" in held
+    (p,) = predict.run([sample], predict.Target(link_rate_bps=4 * RATE0), [8], draws=50)
+    rec = predict.to_record(p, ["bench", "predict"])
+    assert rec["predicted"]["interval"]["held_fixed"] == held
+
+
 def test_slowdown_beyond_the_ring_cost_is_kept_as_a_fixed_extra() -> None:
-    slow = 0.5  # far more than compute + comm(2): e.g. the engine's thread competing for cores
+    slow = 0.5  # far more than compute + comm(2): a cost the model does not see
     (sample,) = predict.samples([_train(2, slow), _train(2, COMPUTE, sync=False), _collective()])
     fit = sample.fit()
-    assert fit.hidden_share == 0 and fit.step_s(2) == pytest.approx(slow)
+    assert fit.hidden_share == 0 and predict.Target().step_s(fit, 2) == pytest.approx(slow)
     assert fit.extra_s == pytest.approx(slow - COMPUTE - fit.comm_s)
+
+
+def test_communication_fully_hidden_gives_a_lower_bound_not_a_point() -> None:
+    # the synced step as fast as the twin: the fit sees only that the engine hid at
+    # least comm(2); at 64 workers over a slower link it may hide more
+    (sample,) = predict.samples([_train(2, COMPUTE), _train(2, COMPUTE, sync=False), _collective()])
+    fit = sample.fit()
+    assert fit.censored and fit.overlap == pytest.approx(1.0)
+    target = predict.Target(link_rate_bps=RATE0 // 20)
+    p = predict.predict(fit, target, 64, [fit])
+    assert (
+        p.bound == "lower" and p.throughput_upper is not None and p.throughput_upper > p.throughput
+    )
+    upper_step = COMPUTE + max(_comm(64, BUSBW / 20) - COMPUTE, 0.0)
+    assert p.throughput_upper == pytest.approx(64 * 32 / upper_step)
+    rec = predict.to_record(p, ["bench", "predict"])
+    assert predict.table([rec])["samples/s"].iloc[0].startswith(">= ")
+
+
+def test_noise_never_makes_the_overlap_exceed_one() -> None:
+    # the synced run measured faster than its twin
+    (sample,) = predict.samples(
+        [_train(2, 0.9 * COMPUTE), _train(2, COMPUTE, sync=False), _collective()]
+    )
+    fit = sample.fit()
+    assert fit.exposed_s == 0 and 0 <= fit.overlap <= 1 and fit.hidden_share <= 1
+    (p,) = predict.run([sample], predict.Target(), [8], draws=10)
+    assert predict.to_record(p, [])["predicted"]["inputs"]["overlap_at_fit"] <= 1
+
+
+# --- the CPU communication takes ---------------------------------------------------------
+
+
+def _cpu_case() -> predict.Sample:
+    # 2 workers of 1 thread on 2 CPUs (namespaces on one machine): the synced run's
+    # worker uses 3 ms more CPU per step than its twin's, on cores that have none spare
+    sync, compute = 0.014, COMPUTE
+    recs = [_train(2, sync, cpu_cores=(compute + 0.003) / sync),
+            _train(2, compute, sync=False, cpu_cores=1.0), _collective()]  # fmt: skip
+    (sample,) = predict.samples(recs)
+    return sample
+
+
+def test_cpu_taken_by_communication_stays_on_a_faster_link_and_vanishes_on_free_cores() -> None:
+    fit = _cpu_case().fit()
+    assert fit.comm_cpu_s == pytest.approx(0.003) and fit.cpu_s == pytest.approx(0.003)
+    assert fit.machine.shared and not fit.hosts.shared
+    exposed = 0.014 - COMPUTE - 0.003
+    hidden = _comm(2) - exposed
+    assert fit.hidden_s == pytest.approx(hidden)
+    here = predict.Target(link_rate_bps=100 * RATE0, same_machine=True)
+    fast_comm = _comm(2, 100 * BUSBW)
+    assert here.step_s(fit, 2) == pytest.approx(COMPUTE + max(fast_comm - hidden, 0) + 0.003)
+    assert here.step_s(fit, 2) >= COMPUTE + 0.003  # a faster link cannot remove it
+    cluster = predict.Target(link_rate_bps=100 * RATE0)  # a host per worker, 2 CPUs each
+    assert cluster.step_s(fit, 2) == pytest.approx(COMPUTE + max(fast_comm - hidden, 0))
+
+
+def test_more_workers_on_the_same_cores_stretch_compute_and_the_cpu_term() -> None:
+    fit = _cpu_case().fit()
+    here = predict.Target(same_machine=True)
+    # 4 one-thread workers on 2 CPUs: compute twice as long, and each core carries two
+    # workers' communication CPU, which grows with the ring's 2(n-1)/n
+    cpu4 = 0.003 * (1.5 / 1.0) * 4 / 2
+    hidden = fit.hidden_share * 2 * COMPUTE
+    assert here.compute_at(fit, 4) == pytest.approx(2 * COMPUTE)
+    assert here.step_s(fit, 4) == pytest.approx(2 * COMPUTE + max(_comm(4) - hidden, 0) + cpu4)
+
+
+# --- bytes and batch ------------------------------------------------------------------------
+
+
+def test_gradient_bytes_count_the_real_classes_and_compression() -> None:
+    assert predict.grad_bytes_of("mlp", (1, 28, 28)) == GRAD
+    assert predict.grad_bytes_of("mlp", (1, 28, 28), compression="fp16") == GRAD / 2
+    # BatchNorm's scale and shift count; ResNet-50 has 25.56 M trainable parameters
+    assert predict.grad_bytes_of("resnet50", (3, 224, 224), 1000) / 4 == pytest.approx(
+        25.557e6, rel=1e-3
+    )
+    (sample,) = predict.samples([_train(2, SYNC, grad_compression="fp16"),
+                                 _train(2, COMPUTE, sync=False, grad_compression="fp16"), _collective()])  # fmt: skip
+    assert sample.grad_bytes == GRAD / 2
+    # the transformer's output layer is its vocabulary: an old record without num_classes
+    # gets it from the corpus, not the default of 10
+    vocab = data.load_sonnets(seed=0, test_fraction=0.1).num_classes
+    shape = (64,)
+    rec = _train(2, SYNC, model="transformer", dataset="sonnets")
+    rec["dataset"] = {"name": "sonnets", "input_shape": list(shape)}
+    m = models.get("transformer")
+    params = sum(int(np.prod(s)) for s, _ in m.param_shapes(shape, vocab).values())
+    notes: list[str] = []
+    (tsample,) = predict.samples([rec, _train(2, COMPUTE, sync=False, model="transformer",
+                                              dataset="sonnets"), _collective()], notes=notes)  # fmt: skip
+    assert vocab != 10 and tsample.grad_bytes >= 4 * params
+    assert tsample.grad_bytes > predict.grad_bytes_of("transformer", shape, 10)
+
+
+def test_strong_scaling_is_refused_away_from_the_fitted_worker_count() -> None:
+    recs = [
+        _train(2, SYNC, scaling="strong"),
+        _train(2, COMPUTE, sync=False, scaling="strong"),
+        _collective(),
+    ]
+    (sample,) = predict.samples(recs)
+    fit = sample.fit()
+    assert predict.predict(fit, predict.Target(link_rate_bps=2 * RATE0), 2).per_worker_batch == 32
+    with pytest.raises(predict.PredictError, match="strong scaling"):
+        predict.predict(fit, predict.Target(), 8)
+    notes: list[str] = []
+    assert len(predict.run([sample], predict.Target(), [2, 8], draws=5, notes=notes)) == 1
+    assert "strong scaling" in notes[0]
+
+
+# --- records, tables and the check ------------------------------------------------------
 
 
 def test_groups_without_their_inputs_are_skipped_with_the_reason() -> None:
@@ -155,19 +345,20 @@ def test_groups_without_their_inputs_are_skipped_with_the_reason() -> None:
     assert "no compute-only step time" in notes[0]
     notes.clear()
     assert predict.samples(_measured()[:2], notes=notes) == []
-    assert "bench collectives --emulate-link 1000000000bit --engines ddp" in notes[0]
+    assert "bench collectives --emulate-link 1000000000bit --engines ddp --workers 2" in notes[0]
     # a 1-worker run stands in for a missing twin
     single = _train(1, COMPUTE, rate=None)
     (sample,) = predict.samples([_train(2, SYNC), single, _collective()])
     assert sample.fit().compute_s == pytest.approx(COMPUTE)
     with pytest.raises(predict.PredictError, match="--emulate-link RATE"):
         unknown = predict.samples([_train(2, SYNC, rate=None), single, _collective(rate=None)])
-        predict.Target(link_rate_bps=RATE0).busbw(unknown[0].fit())
+        predict.Target(link_rate_bps=RATE0).busbw(unknown[0].fit(), 2)
 
 
 def test_predictions_are_records_kept_out_of_measured_tables() -> None:
     (sample,) = predict.samples(_measured())
-    recs = [predict.to_record(p, ["bench", "predict"]) for p in predict.run([sample], predict.Target(link_rate_bps=25 * RATE0), [8, 512], resamples=10)]  # fmt: skip
+    preds = predict.run([sample], predict.Target(link_rate_bps=25 * RATE0), [8, 512], draws=10)
+    recs = [predict.to_record(p, ["bench", "predict"]) for p in preds]
     for rec in recs:
         assert schema.validate(rec) is None, schema.validate(rec)
         assert rec["kind"] == "prediction" and "throughput" not in rec
@@ -175,23 +366,55 @@ def test_predictions_are_records_kept_out_of_measured_tables() -> None:
     assert runs.frame(loaded).empty  # no measured table reads them
     text = render.render(records.Loaded(loaded, [], []), "text", 0.95)
     assert text and "MODEL PREDICTIONS, not measurements" in text and "25gbit" in text
+    assert "compute share" in text and "efficiency" not in text.split("MODEL PREDICTIONS")[1]
     page = html.build(loaded).html
-    assert "Model predictions (not measurements)" in page
+    assert "Model predictions (not measurements)" in page and "compute share" in page
+    # a record written before the rename still reads: its "efficiency" was compute / step
+    old = cast(dict[str, Any], recs[0])
+    old["predicted"] = {
+        k: v for k, v in old["predicted"].items() if not k.startswith("compute_share")
+    }
+    old["predicted"]["efficiency"] = 0.5
+    assert predict.table([cast(LoadedRecord, old)])["compute share"].iloc[0] == "50%"
 
 
-def test_check_compares_predictions_with_runs_on_other_links() -> None:
+def test_check_compares_predictions_with_runs_on_other_links_and_worker_counts() -> None:
     # runs at a second rate made by the model itself: the error must be ~0
     rate1 = 4 * RATE0
     sync1 = _by_hand(2, busbw=4 * BUSBW)
     recs = [*_measured(), _train(2, sync1, rate=rate1), _train(2, COMPUTE, sync=False, rate=rate1),
             _collective(rate=rate1, busbw=4 * BUSBW)]  # fmt: skip
-    df, _ = predict.check(recs, RATE0)
+    df, _ = predict.check(recs, RATE0, draws=50)
     assert list(df["link"]) == ["4gbit"] and abs(df["error"].iloc[0]) < 1e-9
-    assert "median absolute error per engine" in predict.render_check(df)
+    assert "median absolute error" in predict.render_check(df)
     # steps 25% slower than the model says: it overestimates throughput by 25%
     recs[3] = _train(2, sync1 * 1.25, rate=rate1)
-    df, _ = predict.check(recs, RATE0)
+    df, _ = predict.check(recs, RATE0, draws=50)
     assert df["error"].iloc[0] == pytest.approx(0.25)
+    # 4 workers on the fitted link, on the same 2 CPUs: compute doubles
+    # collectives at 2 and 4 workers took the same latency: all of it is fixed, none per hop
+    sync4 = 2 * COMPUTE + max(
+        _comm(4, fixed=ALPHA, hop=0.0) - (_comm(2) - (SYNC - COMPUTE)) * 2, 0.0
+    )
+    four = [_train(4, sync4), _train(4, 2 * COMPUTE, sync=False), _collective(world=4)]
+    df, _ = predict.check([*_measured(), *four], RATE0, draws=50)
+    row = df[df["workers"] == 4].iloc[0]
+    assert row["link"] == "1gbit" and abs(row["error"]) < 0.01
+
+
+def test_the_check_reports_how_often_the_interval_holds_the_measured_value() -> None:
+    rate1 = 4 * RATE0
+    sync1 = _by_hand(2, busbw=4 * BUSBW)
+    base = [_train(2, s, spread=0.05) for s in (0.95 * SYNC, SYNC, 1.05 * SYNC)]
+    twins = [_train(2, COMPUTE, sync=False) for _ in range(3)]
+    at1 = [_train(2, sync1, rate=rate1), _train(2, COMPUTE, sync=False, rate=rate1),
+           _collective(rate=rate1, busbw=4 * BUSBW)]  # fmt: skip
+    df, _ = predict.check([*base, *twins, _collective(), _collective(), *at1], RATE0, draws=500)
+    assert bool(df["covered"].iloc[0]) and "ddp: " in predict.render_check(df)
+    assert "1/1" in predict.render_check(df)
+    far = [_train(2, 3 * sync1, rate=rate1), *at1[1:]]
+    df, _ = predict.check([*base, *twins, _collective(), _collective(), *far], RATE0, draws=500)
+    assert not bool(df["covered"].iloc[0]) and "0/1" in predict.render_check(df)
 
 
 @pytest.mark.parametrize(
@@ -202,6 +425,7 @@ def test_check_compares_predictions_with_runs_on_other_links() -> None:
         (["--check"], "--check needs --fit-link"),
         (["--busbw-fraction", "1.5", "--link", "1gbit"], "--busbw-fraction must be > 0 and <= 1"),
         (["--compute-ms", "0"], "--compute-ms must be > 0"),
+        (["--cpus-per-node", "0"], "--cpus-per-node must be > 0"),
     ],
 )
 def test_bad_predict_arguments_are_refused_by_name(
@@ -229,7 +453,8 @@ def test_what_if_states_every_input_and_matches_the_formula(
     (rec,) = records.load([tmp_path / predict.FILE]).records
     grad, busbw, n = 97.5 * 2**20, 0.9 * 25e9 / 8, 512
     comm = 2 * (n - 1) / n * grad / busbw + 4 * 2 * (n - 1) * 10e-6  # 4 buckets of 25 MiB
-    assert rec["predicted"]["efficiency"] == pytest.approx(0.292 / (0.292 + comm))
+    assert rec["predicted"]["compute_share"] == pytest.approx(0.292 / (0.292 + comm))
+    assert rec["predicted"]["global_batch"] == 64 * 512
     assert "stated inputs (what-if)" in capsys.readouterr().out
     assert cli.main(["predict", "--what-if", "resnet50", "--no-write"]) == EXIT_BAD_INPUT
     assert "--what-if states every input; give --compute-ms" in capsys.readouterr().err
@@ -239,5 +464,5 @@ def test_a_supplied_compute_time_scales_the_measured_extra() -> None:
     (sample,) = predict.samples([_train(2, 0.5), _train(2, COMPUTE, sync=False), _collective()])
     fit = sample.fit()
     fast = predict.Target(compute_s=COMPUTE / 10)
-    comm = fit.comm_s
-    assert fast.step_s(fit, 2) == pytest.approx(COMPUTE / 10 + comm + fit.extra_s / 10)
+    assert fast.step_s(fit, 2) == pytest.approx(COMPUTE / 10 + fit.comm_s + fit.extra_s / 10)
+    assert math.isfinite(fast.step_s(fit, 64))

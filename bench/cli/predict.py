@@ -15,9 +15,10 @@ from bench.core.units import format_rate, parse_rate
 
 DESCRIPTION = (
     "Fit, per engine and model, a model of step time (compute-only step time, ring "
-    "all-reduce cost from bench collectives on the same link, the overlap measured) and "
-    "predict throughput and efficiency at other worker counts and link rates. Writes "
-    "records of kind 'prediction', which compare shows apart."
+    "all-reduce cost from bench collectives on the same link, the overlap measured, the "
+    "CPU communication takes from shared cores) and predict throughput and compute share "
+    "at other worker counts and link rates (weak scaling). Writes records of kind "
+    "'prediction', which compare shows apart."
 )
 
 
@@ -45,8 +46,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--hop-latency-us",
         type=float,
-        help="latency of one ring step in microseconds (default: measured latency / 2(n-1))",
+        help="latency of one ring step in microseconds (default: measured, from collectives "
+        "at two worker counts; from one, all of the latency is taken per hop)",
     )
+    _what_if_arguments(p)
+    _where_arguments(p)
+    p.add_argument(
+        "--results",
+        default="results",
+        help="where predictions.jsonl is written (default: results/)",
+    )
+    p.add_argument("--no-write", action="store_true", help="print only, write no records")
+
+
+def _what_if_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--what-if",
         metavar="MODEL",
@@ -63,17 +76,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--batch", type=int, default=32, help="with --what-if: per-worker batch (samples)"
     )
+
+
+def _where_arguments(p: argparse.ArgumentParser) -> None:
+    """Where the prediction is for (cores), and the check against runs."""
+    p.add_argument(
+        "--workers-per-node",
+        type=int,
+        help="workers sharing one node's CPUs where predicted (default: as the fit's hosts)",
+    )
+    p.add_argument(
+        "--cpus-per-node",
+        type=int,
+        help="usable CPUs per node where predicted (default: the fit's)",
+    )
     p.add_argument(
         "--check",
         action="store_true",
-        help="with --fit-link: predict every other measured link rate and print the error",
+        help="with --fit-link: predict every other measured link rate and worker count, "
+        "print the error and whether each interval holds the measured value",
     )
     p.add_argument(
-        "--results",
-        default="results",
-        help="where predictions.jsonl is written (default: results/)",
+        "--fit-workers",
+        type=int,
+        help="with --check: fit at this worker count (default: the fewest measured)",
     )
-    p.add_argument("--no-write", action="store_true", help="print only, write no records")
 
 
 def _positive(value: float | None, flag: str, upper: float | None = None) -> None:
@@ -118,6 +145,8 @@ def run(args: argparse.Namespace) -> int:
 def _check_inputs(args: argparse.Namespace) -> None:
     _positive(args.compute_ms, "--compute-ms")
     _positive(args.grad_mb, "--grad-mb")
+    _positive(args.workers_per_node, "--workers-per-node")
+    _positive(args.cpus_per_node, "--cpus-per-node")
     _positive(args.busbw_fraction, "--busbw-fraction", 1.0)
     if args.hop_latency_us is not None and args.hop_latency_us < 0:
         raise PredictError(f"--hop-latency-us must be >= 0, got {args.hop_latency_us}")
@@ -132,9 +161,13 @@ def _check(args: argparse.Namespace) -> int:
     fit_link = parse_rate(args.fit_link)
     loaded = records.load(args.paths)
     df, notes = predict.check(
-        loaded.records, fit_link, engines=_names(args.engines), models_=_names(args.models)
+        loaded.records,
+        fit_link,
+        fit_workers=args.fit_workers,
+        engines=_names(args.engines),
+        models_=_names(args.models),
     )
-    for note in notes:
+    for note in dict.fromkeys(notes):
         print(f"bench predict: skipped {note}", file=sys.stderr)
     print(f"fitted on {format_rate(fit_link)}; predicted / measured - 1:")
     print(predict.render_check(df))
@@ -148,6 +181,8 @@ def _target(args: argparse.Namespace) -> predict.Target:
         hop_latency_s=None if args.hop_latency_us is None else args.hop_latency_us * 1e-6,
         compute_s=None if args.compute_ms is None else args.compute_ms * 1e-3,
         grad_bytes=None if args.grad_mb is None else args.grad_mb * 2**20,
+        workers_per_node=args.workers_per_node,
+        cpus_per_node=args.cpus_per_node,
     )
 
 

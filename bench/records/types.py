@@ -207,6 +207,7 @@ class Dataset(TypedDict, total=False):
     train_samples: Count
     test_samples: Count
     input_shape: list[Count]
+    num_classes: Positive  # the model's outputs (a transformer's vocabulary)
     fingerprint: str
 
 
@@ -296,9 +297,16 @@ class Predicted(TypedDict, total=False):
     link_rate_bps: Positive | None
     throughput: float
     throughput_interval: list[float]
-    efficiency: float
+    bound: str | None  # "lower": the throughput is at least this
+    throughput_upper: float | None
+    compute_share: float  # compute / step
+    compute_share_interval: list[float]
+    efficiency: float  # what records before compute_share called compute / step
     efficiency_interval: list[float]
     step_time_s: float
+    per_worker_batch: Positive
+    global_batch: Positive
+    interval: dict[str, Any]
     inputs: dict[str, Any]
 
 

@@ -83,6 +83,7 @@ def _identity_fields(run: Run, result: Result) -> RunFields:
             "train_samples": len(dataset.train_y),
             "test_samples": len(dataset.test_y),
             "input_shape": list(dataset.input_shape),
+            "num_classes": dataset.num_classes,
             "fingerprint": dataset.fingerprint(),
         },
         "fingerprints": {

@@ -1,0 +1,63 @@
+"""`bench predict`: a scaling model of each engine's step time, fitted to measured records.
+
+`model` is the arithmetic (ring all-reduce, CPU sharing, overlap), `inputs` turns
+records into per-run and per-record values, `report` makes predictions with their
+intervals, records and tables, and checks them against runs. docs/prediction.md
+states the model and what each term is measured from.
+"""
+
+from bench.analysis.predict.inputs import Sample, grad_bytes_of, samples
+from bench.analysis.predict.model import (
+    Fit,
+    LatencySplit,
+    Layout,
+    LinkCost,
+    RecordCost,
+    Target,
+    record_cost,
+    ring_factor,
+    split_latency,
+)
+from bench.analysis.predict.report import (
+    CAPTION,
+    FILE,
+    Prediction,
+    check,
+    main_predict,
+    predict,
+    render_check,
+    render_text,
+    run,
+    table,
+    to_record,
+    what_if,
+)
+from bench.core.errors import PredictError
+
+__all__ = [
+    "CAPTION",
+    "FILE",
+    "Fit",
+    "LatencySplit",
+    "Layout",
+    "LinkCost",
+    "PredictError",
+    "Prediction",
+    "RecordCost",
+    "Sample",
+    "Target",
+    "check",
+    "grad_bytes_of",
+    "main_predict",
+    "predict",
+    "record_cost",
+    "render_check",
+    "render_text",
+    "ring_factor",
+    "run",
+    "samples",
+    "split_latency",
+    "table",
+    "to_record",
+    "what_if",
+]

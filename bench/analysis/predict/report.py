@@ -1,0 +1,407 @@
+"""Predictions with intervals, as records and tables, and checked against measured runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from bench import records
+from bench.analysis.predict.inputs import Sample, samples, spec_key
+from bench.analysis.predict.model import Fit, LatencySplit, Layout, LinkCost, Target
+from bench.core.errors import PredictError
+from bench.core.units import format_rate
+from bench.records import Kind, LoadedRecord, RunRecord
+
+FILE = "predictions.jsonl"
+DRAWS = 2000
+SEED = 20240611  # fixed: the same records always give the same interval
+INTERVAL_METHOD = (
+    "2.5-97.5% of the prediction over draws of each input's mean from its t distribution, "
+    "runs and collective records as the units"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Prediction:
+    fit: Fit
+    target: Target
+    workers: int
+    per_worker_batch: int
+    step_s: float
+    throughput: float
+    compute_share: float  # compute / step: not compare's scaling efficiency
+    throughput_interval: tuple[float, float]
+    compute_share_interval: tuple[float, float]
+    # "lower": the fit saw all of its communication hidden, so the engine may hide more
+    # than it showed: the throughput is at least this, and at most throughput_upper
+    bound: str | None = None
+    throughput_upper: float | None = None
+    held_fixed: tuple[str, ...] = ()  # inputs with one unit, outside the interval
+
+
+def _figures(
+    fit: Fit, target: Target, workers: int, batch: int, hide_all: bool = False
+) -> tuple[float, float, float]:
+    step = target.step_s(fit, workers, hide_all=hide_all)
+    return step, workers * batch / step, target.compute_at(fit, workers) / step
+
+
+def predict(
+    fit: Fit,
+    target: Target,
+    workers: int,
+    draws: Sequence[Fit] = (),
+    held_fixed: Sequence[str] = (),
+) -> Prediction:
+    """The point prediction from `fit`, with the interval spanned by the `draws`."""
+    batch = target.per_worker_batch(fit, workers)
+    step, tput, share = _figures(fit, target, workers, batch)
+    upper = _figures(fit, target, workers, batch, hide_all=True)[1] if fit.censored else None
+    t_iv, s_iv = (tput, tput), (share, share)
+    if draws:
+        many = np.array([_figures(f, target, workers, batch)[1:] for f in draws])
+        lo, hi = np.percentile(many, [2.5, 97.5], axis=0)
+        if fit.censored:  # the bound's own spread below, the hide-everything case above
+            hi[0] = np.percentile(
+                [_figures(f, target, workers, batch, True)[1] for f in draws], 97.5
+            )
+        # an unidentified latency split is drawn over its whole range while the point
+        # takes the textbook ring (all per hop), which can sit at the range's edge
+        t_iv = (min(float(lo[0]), tput), max(float(hi[0]), tput))
+        s_iv = (min(float(lo[1]), share), max(float(hi[1]), share))
+    return Prediction(
+        fit, target, workers, batch, step, tput, share, t_iv, s_iv,
+        "lower" if fit.censored else None, upper, tuple(held_fixed),
+    )  # fmt: skip
+
+
+def run(
+    sample_list: Sequence[Sample],
+    target: Target,
+    workers: Sequence[int],
+    draws: int = DRAWS,
+    notes: list[str] | None = None,
+) -> list[Prediction]:
+    """Every sample's predictions at every worker count, with intervals over `draws`;
+    one the model refuses (strong scaling away from its fit) is left out with the reason
+    in `notes`."""
+    out: list[Prediction] = []
+    for s in sample_list:
+        rng = np.random.default_rng(SEED)
+        point, drawn = s.fit(), [s.fit(rng) for _ in range(draws)]
+        for n in workers:
+            try:
+                out.append(predict(point, target, n, drawn, s.held_fixed()))
+            except PredictError as exc:
+                if notes is None:
+                    raise
+                notes.append(str(exc))
+    return out
+
+
+def what_if(
+    model: str,
+    *,
+    compute_s: float,
+    grad_bytes: float,
+    bucket_bytes: float,
+    hidden_share: float,
+    per_worker_batch: int,
+) -> Fit:
+    """A fit from stated inputs alone, no records: the ring model with a given overlap.
+
+    Latency and bus bandwidth come from the Target (--hop-latency-us, --busbw-fraction),
+    which must then give both; the cores are free (no CPU term).
+    """
+    return Fit(
+        engine="ring",
+        variant="ring model",
+        model=model,
+        spec={"model": model, "batch_size": per_worker_batch, "bucket_mb": bucket_bytes / 2**20},
+        workers=2,
+        per_worker_batch=per_worker_batch,
+        grad_bytes=grad_bytes,
+        bucket_bytes=bucket_bytes,
+        compute_s=compute_s,
+        sync_s=compute_s,
+        comm_cpu_s=0.0,
+        link=LinkCost(LatencySplit(0.0, 0.0, False), {2: float("nan")}, None),
+        machine=Layout(1, 1, 1),
+        hosts=Layout(1, 1, 1),
+        hidden_share_given=hidden_share,
+    )
+
+
+def to_record(p: Prediction, argv: Sequence[str]) -> RunRecord:
+    """A record of kind "prediction": compare and the HTML report show it apart."""
+    f, t = p.fit, p.target
+    rec = records.new_record(
+        f.spec,
+        f.engine,
+        p.workers,
+        {"predicted_from": ",".join(f.run_ids[:20])},
+        {"name": "bench predict", "argv": list(argv)},
+    )
+    rec["kind"] = Kind.PREDICTION
+    layout = t.layout(f, p.workers)
+    rec["predicted"] = {
+        "variant": f.variant,
+        "workers": p.workers,
+        "link_rate_bps": t.link_rate_bps or f.link.rate_bps,
+        "throughput": p.throughput,
+        "throughput_interval": list(p.throughput_interval),
+        "bound": p.bound,
+        "throughput_upper": p.throughput_upper,
+        "compute_share": p.compute_share,
+        "compute_share_interval": list(p.compute_share_interval),
+        "step_time_s": p.step_s,
+        "per_worker_batch": p.per_worker_batch,
+        "global_batch": p.per_worker_batch * p.workers,
+        "interval": {"method": INTERVAL_METHOD, "held_fixed": list(p.held_fixed)},
+        "inputs": {
+            "fit_workers": f.workers,
+            "fit_link_rate_bps": f.link.rate_bps,
+            "compute_s": t.compute_at(f, p.workers),
+            "compute_given": t.compute_s is not None,
+            "sync_s_at_fit": f.sync_s,
+            "grad_bytes": f.grad_bytes if t.grad_bytes is None else t.grad_bytes,
+            "grad_given": t.grad_bytes is not None,
+            "bucket_bytes": f.bucket_bytes,
+            "busbw_bytes_per_s": t.busbw(f, p.workers),
+            "fixed_latency_s": f.link.latency.fixed_s,
+            "hop_latency_s": f.link.latency.hop_s if t.hop_latency_s is None else t.hop_latency_s,
+            "latency_split_measured": f.link.latency.identified,
+            "overlap_at_fit": None if f.hidden_share_given is not None else f.overlap,
+            "what_if": f.hidden_share_given is not None,
+            "hidden_share_of_compute": f.hidden_share,
+            "comm_cpu_s_per_step": f.comm_cpu_s,
+            "cpu_term_at_fit_s": f.cpu_s,
+            "cores": {
+                "workers": layout.workers,
+                "cpus": layout.cpus,
+                "threads": layout.threads,
+                "shared": layout.shared,
+            },
+            "extra_s": f.extra_s,
+            "per_worker_batch": f.per_worker_batch,
+        },
+    }
+    return rec
+
+
+# --- tables --------------------------------------------------------------------------------
+
+
+def _rate_text(bps: Any) -> str:
+    return format_rate(bps) if isinstance(bps, int | float) and bps else "measured link"
+
+
+def _with_interval(value: float, iv: Sequence[float] | None, spec: str) -> str:
+    text = format(value, spec)
+    if iv and len(iv) == 2 and iv[0] != iv[1]:
+        text += f" [{format(iv[0], spec)}, {format(iv[1], spec)}]"
+    return text
+
+
+def _row(r: RunRecord) -> dict[str, Any]:
+    p: dict[str, Any] = r["predicted"]  # type: ignore[assignment]
+    inputs = p.get("inputs") or {}
+    given = [f"{k} given" for k in ("compute", "grad") if inputs.get(f"{k}_given")]
+    # records before the rename called compute / step "efficiency"
+    share = p.get("compute_share", p.get("efficiency", np.nan))
+    share_iv = p.get("compute_share_interval") or p.get("efficiency_interval")
+    tput = _with_interval(p.get("throughput", np.nan), p.get("throughput_interval"), ",.0f")
+    return {
+        "engine": p.get("variant") or r.get("engine"),
+        "model": str((r.get("spec") or {}).get("model"))
+        + (f" ({', '.join(given)})" if given else ""),
+        "link": _rate_text(p.get("link_rate_bps")),
+        "workers": p.get("workers"),
+        "global batch": p.get("global_batch", ""),
+        "samples/s": (">= " if p.get("bound") == "lower" else "") + tput,
+        "compute share": _with_interval(share, share_iv, ".0%"),
+        "fitted at": "stated inputs (what-if)"
+        if inputs.get("what_if")
+        else f"{inputs.get('fit_workers')} workers, " + _rate_text(inputs.get("fit_link_rate_bps")),
+        "hidden share of compute": f"{inputs.get('hidden_share_of_compute', np.nan):.0%}",
+    }
+
+
+def table(recs: Iterable[RunRecord]) -> Any:
+    """Predicted throughput and compute share, one row per prediction record (a DataFrame)."""
+    rows = [
+        _row(r)
+        for r in recs
+        if r.get("kind") == "prediction" and isinstance(r.get("predicted"), dict)
+    ]
+    df = pd.DataFrame(rows)
+    if not df.empty:
+        df = df.drop_duplicates().sort_values(["model", "engine", "link", "workers"])
+    return df
+
+
+CAPTION = (
+    "MODEL PREDICTIONS, not measurements (bench predict): compute-only step time plus the "
+    "ring all-reduce cost not hidden under it and the CPU communication takes from shared "
+    "cores, fitted to runs and bench collectives on their link, or from stated inputs "
+    "(what-if). compute share = compute / step, not compare's throughput(n) / (n x "
+    "throughput(1)); "
+    "[95% interval over runs and collective records]; '>=': a lower bound, the fit saw "
+    "all communication hidden"
+)
+
+
+def render_text(recs: Iterable[RunRecord]) -> str | None:
+    """The predictions table as text, under its caption; None without predictions."""
+    df = table(recs)
+    if df.empty:
+        return None
+    return CAPTION + "\n" + df.to_string(index=False)
+
+
+# --- checked against runs -------------------------------------------------------------------
+
+
+def check(
+    recs: Sequence[LoadedRecord],
+    fit_link_bps: int,
+    *,
+    fit_workers: int | None = None,
+    draws: int = DRAWS,
+    **filters: Any,
+) -> tuple[Any, list[str]]:
+    """Fit on runs over `fit_link_bps` (at `fit_workers`, default the fewest measured),
+    predict every other measured link rate and worker count of the same engine, model
+    and spec on the machine they ran on, and compare: (a DataFrame, the notes).
+
+    The error is predicted / measured throughput - 1; `covered` says whether the 95%
+    interval holds the measured value (the runs' mean, as the fit takes them).
+    """
+    notes: list[str] = []
+    measured = samples(recs, **filters)
+    rows = []
+    for s in _fitted(samples(recs, fit_link_bps=fit_link_bps, notes=notes, **filters), fit_workers):
+        point, rng = s.fit(), np.random.default_rng(SEED)
+        drawn = [s.fit(rng) for _ in range(draws)]
+        for m in measured:
+            same = (m.variant, spec_key(m.spec)) == (s.variant, spec_key(s.spec))
+            if (
+                same
+                and m.link_rate_bps
+                and (m.link_rate_bps, m.workers) != (fit_link_bps, s.workers)
+            ):
+                try:
+                    rows.append(_check_row(s, m, point, drawn))
+                except PredictError as exc:
+                    notes.append(str(exc))
+    return pd.DataFrame(rows), notes
+
+
+def _fitted(fitted: Sequence[Sample], fit_workers: int | None) -> list[Sample]:
+    """One sample per engine and spec: at `fit_workers`, or the fewest workers measured."""
+    chosen: dict[tuple[str, str], Sample] = {}
+    for s in sorted(fitted, key=lambda s: s.workers):
+        key = (s.variant, spec_key(s.spec))
+        if key not in chosen and (fit_workers is None or s.workers == fit_workers):
+            chosen[key] = s
+    return list(chosen.values())
+
+
+def _check_row(s: Sample, m: Sample, point: Fit, drawn: Sequence[Fit]) -> dict[str, Any]:
+    """`s`'s prediction for where `m` was measured, against `m`'s runs."""
+    target = Target(link_rate_bps=m.link_rate_bps, same_machine=s.machine != s.hosts)
+    p = predict(point, target, m.workers, drawn)
+    meas = m.workers * m.per_worker_batch / float(np.exp(np.mean(np.log(m.sync))))
+    lo, hi = p.throughput_interval
+    return {
+        "engine": s.variant,
+        "model": s.model,
+        "link": _rate_text(m.link_rate_bps),
+        "workers": m.workers,
+        "measured samples/s": meas,
+        "predicted samples/s": p.throughput,
+        "interval": (lo, hi),
+        "covered": lo <= meas <= hi,
+        "error": p.throughput / meas - 1,
+    }
+
+
+def render_check(df: Any) -> str:
+    """The error table, each engine's median absolute error and its intervals' coverage."""
+    if df.empty:
+        return "no engine and model measured both on the fitted link and on another link or worker count"
+    shown = df.copy()
+    for col in ("measured samples/s", "predicted samples/s"):
+        shown[col] = shown[col].map("{:,.1f}".format)
+    shown["interval"] = df["interval"].map(lambda iv: f"[{iv[0]:,.1f}, {iv[1]:,.1f}]")
+    shown["covered"] = df["covered"].map({True: "yes", False: "no"})
+    shown["error"] = df["error"].map("{:+.1%}".format)
+    lines = [
+        shown.to_string(index=False),
+        "",
+        "per engine: median absolute error; 95% interval holds the measured value:",
+    ]
+    for engine, g in df.groupby("engine"):
+        lines.append(
+            f"  {engine}: {g['error'].abs().median():.1%}; {int(g['covered'].sum())}/{len(g)}"
+        )
+    return "\n".join(lines)
+
+
+def _print_notes(notes: Sequence[str]) -> None:
+    for note in dict.fromkeys(notes):  # in order, each once
+        print(f"bench predict: skipped {note}", file=sys.stderr)
+
+
+def main_predict(
+    paths: Sequence[str],
+    *,
+    workers: Sequence[int],
+    target: Target,
+    results: Path | None,
+    engines: Sequence[str] = (),
+    models_: Sequence[str] = (),
+    fit_link_bps: int | None = None,
+    argv: Sequence[str] = (),
+    out: Any = None,
+    given: Fit | None = None,
+) -> int:
+    """`bench predict`: fit, predict, print, and write prediction records under `results`.
+
+    With `given` (a what_if fit) no records are read and there is no interval.
+    """
+    if given is not None:
+        preds = [predict(given, target, n) for n in workers]
+    else:
+        loaded = records.load(paths)
+        notes: list[str] = []
+        sample_list = samples(
+            loaded.records, engines=engines, models_=models_, fit_link_bps=fit_link_bps, notes=notes
+        )
+        if not sample_list:
+            _print_notes(notes)
+            raise PredictError(
+                f"nothing to fit under {', '.join(paths)}: it needs multi-worker training "
+                "records with their compute-only twins and bench collectives records on the "
+                "same link"
+            )
+        preds = run(sample_list, target, workers, notes=notes)
+        _print_notes(notes)
+        if not preds:
+            raise PredictError(
+                "no prediction the model can make for these worker counts (see above)"
+            )
+    recs = [to_record(p, argv) for p in preds]
+    if results is not None:
+        target_file = records.check_writable(results).parent / FILE
+        for rec in recs:
+            records.append(target_file, rec)
+        print(f"bench predict: {len(recs)} predictions -> {target_file}", file=sys.stderr)
+    print(render_text(recs), file=out or sys.stdout)  # read at call time, not import
+    return 0
