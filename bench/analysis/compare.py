@@ -169,6 +169,7 @@ def _rank_rows(gdf: pd.DataFrame) -> pd.DataFrame:
                 "input ms": float(cell["input_ms"].median()),
                 # achieved compute: median throughput x training FLOPs per sample
                 "GFLOP/s": float(cell["throughput"].median() * cell["train_flops"].iloc[0] / 1e9),
+                "of peak": _utilisation(cell),
                 "peak RSS MB": float(cell["peak_rss_mb"].max()),
                 "CPU util": float(cell["cpu_util"].mean()),
                 "contended": _contended(cell),
@@ -179,6 +180,41 @@ def _rank_rows(gdf: pd.DataFrame) -> pd.DataFrame:
         if rows
         else pd.DataFrame()
     )
+
+
+REFUSED = "refused: above the measured peak"
+
+
+def _utilisation(cell: pd.DataFrame) -> str:
+    """Achieved FLOP/s over the measured peak, as a percentage; never above 100%.
+
+    Above 100% means the peak or the FLOP count is wrong, so no figure is shown.
+    """
+    achieved = cell["throughput"].median() * cell["train_flops"].iloc[0] / 1e9
+    peak = cell["peak_gflops"].median()
+    if not (np.isfinite(achieved) and np.isfinite(peak) and peak > 0):
+        return "not measured"
+    share = achieved / peak
+    return REFUSED if share > 1 else f"{share:.1%}"
+
+
+def _peak_notes(ok: pd.DataFrame) -> list[str]:
+    """Where the peak came from, and each cell whose utilisation was refused."""
+    notes = []
+    for (engine, workers), cell in ok.groupby(["engine", "workers"]):
+        if _utilisation(cell) == REFUSED:
+            achieved = cell["throughput"].median() * cell["train_flops"].iloc[0] / 1e9
+            notes.append(
+                f"utilisation refused for {engine} np={workers}: {achieved:,.1f} GFLOP/s achieved "
+                f"is above the {cell['peak_gflops'].median():,.1f} GFLOP/s its workers' measured "
+                "peak allows; the peak (bench peak --remeasure) or the model's FLOP count is wrong"
+            )
+    if ok["peak_gflops"].notna().any():
+        notes.append(
+            "'of peak': achieved GFLOP/s over what the run's workers reach in a dense matrix "
+            "multiply at their threads and precision (bench peak; each record names its entry)"
+        )
+    return notes
 
 
 def _loss_trajectory(runs: pd.Series) -> str:
@@ -267,7 +303,7 @@ def _head_to_head_rows(gdf: pd.DataFrame, iv: list[dict[str, Any]]) -> pd.DataFr
 def _notes(gdf: pd.DataFrame, others: pd.DataFrame) -> list[str]:
     """What a reader must know besides the tables: parity, settings, flagged runs."""
     ok = _ok(gdf)
-    notes = [*_fingerprint_notes(ok), *_maths_notes(ok), *knob_table.table(ok)]
+    notes = [*_fingerprint_notes(ok), *_maths_notes(ok), *knob_table.table(ok), *_peak_notes(ok)]
     over = gdf[gdf["oversubscribed"].astype(bool)]
     if not over.empty:
         cells = sorted(

@@ -144,6 +144,29 @@ def variant(r: RunRecord) -> str:
     )
 
 
+def peak_capacity(r: RunRecord) -> float:
+    """GFLOP/s all of a run's workers could reach at the measured peak; NaN if unmeasured.
+
+    Each worker's threads at the peak measured with that many threads, as far as the
+    machine's CPUs go: workers sharing cores share their peak (namespaces of an
+    emulated link all share this one machine). One GPU per worker on a GPU.
+    """
+    peak: Mapping[str, Any] = r.get("peak") or {}
+    gflops = peak.get("gflops")
+    if not isinstance(gflops, int | float) or gflops <= 0:
+        return np.nan
+    workers = int(r.get("world_size") or 1)
+    if peak.get("device") == "cuda":
+        return float(gflops) * workers
+    budget: Mapping[str, Any] = r.get("cpu_budget") or {}
+    threads = int(peak.get("threads") or 1)
+    cpus = int(budget.get("usable_cpus") or (r.get("env") or {}).get("cpu_count") or threads)
+    emulated = isinstance(r.get("link"), dict) and bool(r["link"].get("emulated"))
+    machines = 1 if emulated else int(r.get("nodes") or 1)
+    per_machine = workers / machines
+    return float(gflops) * machines * min(per_machine, cpus / threads)
+
+
 def link_suffix(r: RunRecord) -> str:
     """'/200mbit' for a run over an emulated link (its own variant), else ''."""
     link = r.get("link")
@@ -195,6 +218,7 @@ def _row(r: LoadedRecord, target: float) -> dict[str, Any]:
         # other processes used the CPUs while it was timed (bench/measure/contention.py)
         "contended": bool(r.get("contended")),
         "train_flops": flops.get("train") or np.nan,
+        "peak_gflops": peak_capacity(r),  # all workers at the machine's measured peak
         "rank_throughput": r.get("per_rank_throughput") or [],
         # per-run step-time quantiles over every rank's timed steps (from the record's
         # arrays, or from its summary: records.summarise)

@@ -19,7 +19,7 @@ from bench.contract.spec import RunSpec
 from bench.core.errors import BenchError, Interrupted, SweepError
 from bench.launch import slurm
 from bench.launch.cluster import DEFAULT_REMOTE_SHELL
-from bench.measure import contention
+from bench.measure import contention, peak
 from bench.measure.window import add_measure_flags
 from bench.sweep import emulate, submit
 from bench.sweep.cells import Cell, check_plan, plan
@@ -219,6 +219,7 @@ def run(args: argparse.Namespace) -> int:
         warning = contention.busy_warning(contention.machine_busy())
         if warning:
             print(f"bench run: {warning}", file=sys.stderr)
+        _measure_peak(base, results, quiet_machine=not warning)
         with stop_on_signals():
             if config.emulate_link:
                 # the pair is removed on the way out, Ctrl-C and SIGTERM included
@@ -238,6 +239,26 @@ def run(args: argparse.Namespace) -> int:
         )
         return status
     return _finish(args, outcomes, results)
+
+
+def _measure_peak(base: RunSpec, results: Path, quiet_machine: bool) -> None:
+    """The machine's matmul peak at the sweep's threads, before any cell (so alone on the
+    machine), cached beside the results for the records to name; its absence is no error.
+    A busy machine would understate it, so there only a cached peak is used."""
+    device = "cuda" if base.device.value == "cuda" else "cpu"
+    folder = records.results_file(results).parent
+    try:
+        entry = peak.ensure(
+            folder, base.threads, base.precision.value, device, may_measure=quiet_machine
+        )
+    except (ImportError, RuntimeError, OSError) as exc:
+        entry, why = None, f"it could not be measured ({exc})"
+    else:
+        why = "the machine is busy; run bench peak on a quiet machine"
+    if entry is None:
+        print(f"bench run: no utilisation: no peak cached and {why}", file=sys.stderr)
+        return
+    print(f"bench run: peak {entry['gflops']:,.1f} GFLOP/s ({entry['key']})", file=sys.stderr)
 
 
 def _finish(args: argparse.Namespace, outcomes: list[CellResult], results: Path) -> int:

@@ -310,6 +310,21 @@ class Predicted(TypedDict, total=False):
     inputs: dict[str, Any]
 
 
+class Peak(TypedDict, total=False):
+    """The measured matrix-multiply peak a run's utilisation is divided by (bench/measure/peak.py)."""
+
+    gflops: float
+    n: Positive
+    threads: Positive
+    precision: str
+    device: str
+    rounds: Positive
+    multiplies_per_round: Positive
+    measured: str
+    key: str
+    source: str
+
+
 class Link(TypedDict, total=False):
     """The network a run crossed when it was emulated (bench/launch/netns.py)."""
 
@@ -367,6 +382,7 @@ class RunFields(TypedDict, total=False):
     per_rank_throughput: Annotated[list[float], NullIfFailed]
     loop_throughput: float | None
     flops_per_sample: Flops | None
+    peak: Peak
     epochs: list[Epoch]
     step_losses: list[Loss]
     final_accuracy: float | None

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 
-from bench import engines
+from bench import engines, records
 from bench.core import machine
-from bench.records.types import Epoch, Loss, RunFields, RunRecord
+from bench.measure import peak
+from bench.records.types import Epoch, Loss, Peak, RunFields, RunRecord
 from runners.adapters.base import EngineAdapter
 from runners.protocol.state import Result, Run
 
@@ -175,3 +177,16 @@ def _measurement(run: Run, result: Result) -> Any:
         "training_timed_steps": result.step_times.shape[1] - steady.extra,
         "extra_steps": steady.extra,  # measurement-only steps after the trained result
     }
+
+
+def peak_fields(record: RunRecord, results: str) -> RunFields:
+    """The machine's measured peak at this run's threads and precision, when it is cached
+    beside the results (bench run measures it first; bench peak for runners started by hand)."""
+    spec: dict[str, Any] = cast(dict[str, Any], record.get("spec") or {})
+    gpu_mb = (record.get("resources") or {}).get("peak_gpu_mb") or []
+    device = "cuda" if any(v is not None for v in gpu_mb) else "cpu"
+    gpus = (record.get("env") or {}).get("gpus") or [{}]
+    key = peak.this_key(int(spec.get("threads") or 1), str(spec.get("precision") or "fp32"),
+                        device, cast(str | None, gpus[0].get("name")))  # fmt: skip
+    found = peak.lookup(records.results_file(Path(results)).parent, key)
+    return {"peak": cast(Peak, found)} if found else {}

@@ -32,7 +32,7 @@ from bench.launch import netns
 from bench.measure.window import Measure, add_measure_flags, measure_from_args
 from bench.records import RunRecord, Status
 from runners.adapters.base import EngineAdapter
-from runners.protocol import faults
+from runners.protocol import faults, fields
 from runners.protocol.common import launcher, load_adapter, parse_labels, script_name
 from runners.protocol.timing import PROGRESS
 from runners.protocol.train import Diverged, train
@@ -170,6 +170,7 @@ def _record_failure(record: RunRecord, exc: Exception, collective_timeout: float
 
 def _write(record: RunRecord, args: argparse.Namespace, engine: Engine, code: int) -> bool:
     """Rank 0 appends the record; False when it could not be written."""
+    record.update(fields.peak_fields(record, args.results))
     try:
         path = records.append(args.results, record)
     except records.RecordsError as exc:

@@ -1,0 +1,51 @@
+"""`bench peak`: the machine's measured matrix-multiply peak, which utilisation divides by."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from bench import records
+from bench.cli.common import EXIT_BAD_INPUT
+from bench.measure import peak
+
+DESCRIPTION = (
+    "Measure (or show the cached) dense matrix-multiply peak of this machine at a thread "
+    "count and precision, cached beside the results; runs recorded there name it, and "
+    "compare divides achieved FLOP/s by it. bench run measures it before its cells."
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threads", default="1", help="thread counts, comma list (default: 1)")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--results", default="results", help="the results folder it is cached in")
+    p.add_argument(
+        "--remeasure", action="store_true", help="measure again, replacing the cached entry"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        threads = [int(t) for t in args.threads.split(",") if t.strip()]
+        if not threads or min(threads) < 1:
+            raise ValueError
+    except ValueError:
+        print(f"error: --threads takes integers >= 1, e.g. 1,2; got {args.threads!r}",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_BAD_INPUT
+    folder = records.results_file(Path(args.results)).parent
+    for t in threads:
+        try:
+            entry = peak.ensure(folder, t, args.precision, args.device, args.remeasure)
+            assert entry is not None  # may_measure: measured when missing
+        except (ImportError, RuntimeError, OSError) as exc:
+            print(f"error: the peak could not be measured: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        print(
+            f"{entry['gflops']:,.1f} GFLOP/s  {entry['key']}  (n={entry['n']}, measured "
+            f"{entry['measured']}; {entry['source']})"
+        )
+    return 0

@@ -1,0 +1,98 @@
+"""Utilisation: FLOP counts checked against torch's counter, a measured peak, and a
+figure compare refuses to print when it would exceed 100%."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+import models
+from bench import cli, records
+from bench.analysis import frame, render
+from bench.measure import peak
+from bench.records.types import LoadedRecord
+from tests.conftest import run_bench
+
+
+@pytest.mark.parametrize("name", models.names())
+def test_model_flop_counts_match_torchs_own_counter(name: str) -> None:
+    m = models.get(name)
+    assert m.flops is not None, f"{name} has no FLOP count: utilisation cannot be computed"
+    shape = m.synthetic_shape
+    classes = 61 if m.tokens else 10  # a transformer's vocabulary: its output layer
+    net = m.torch(shape, classes).eval()
+    x = torch.randint(0, classes, (1, *shape)) if m.tokens else torch.randn(1, *shape)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        net(x)
+    # torch counts the matrix products and convolutions, 2 FLOPs per multiply-add, as ours
+    assert m.flops(shape, classes) == pytest.approx(counter.get_total_flops(), rel=0.01)
+
+
+def test_the_peak_is_measured_once_per_machine_and_cached_beside_the_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert cli.main(["peak", "--results", str(tmp_path / "a")]) == 0
+    (entry,) = json.loads((tmp_path / "a" / peak.FILE).read_text()).values()
+    assert entry["gflops"] > 0 and entry["threads"] == 1 and entry["precision"] == "fp32"
+    # another results folder on this machine reuses the measurement; --remeasure does not
+    assert cli.main(["peak", "--results", str(tmp_path / "b")]) == 0
+    (again,) = json.loads((tmp_path / "b" / peak.FILE).read_text()).values()
+    assert again == entry
+    assert cli.main(["peak", "--results", str(tmp_path / "b"), "--remeasure"]) == 0
+    (fresh,) = json.loads((tmp_path / "b" / peak.FILE).read_text()).values()
+    assert fresh["measured"] >= entry["measured"] and "GFLOP/s" in capsys.readouterr().out
+    assert cli.main(["peak", "--threads", "0"]) == 2
+    assert "--threads takes integers" in capsys.readouterr().err
+
+
+def _record(**over: Any) -> LoadedRecord:
+    rec = {
+        "world_size": 2,
+        "cpu_budget": {"usable_cpus": 2},
+        "peak": {"gflops": 100.0, "threads": 1},
+    }
+    return cast(LoadedRecord, {**rec, **over})
+
+
+def test_the_peak_capacity_counts_the_cores_workers_share() -> None:
+    assert frame.peak_capacity(_record()) == 200  # two one-thread workers, two CPUs
+    # four workers across two namespaces of this one 2-CPU machine share its two cores
+    emulated = _record(world_size=4, link={"rate_bps": 10**9, "emulated": True})
+    assert frame.peak_capacity(emulated) == 200
+    assert frame.peak_capacity(_record(world_size=4, nodes=2)) == 400  # two machines
+    gpu = _record(world_size=4, peak={"gflops": 1000.0, "device": "cuda"})
+    assert frame.peak_capacity(gpu) == 4000
+    assert str(frame.peak_capacity(_record(peak={}))) == "nan"
+
+
+def test_a_run_names_its_peak_and_compare_refuses_utilisation_above_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    results = tmp_path / "res"
+    # measured first, whatever else runs: bench run measures only on a quiet machine
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert cli.main(["peak", "--results", str(results)]) == 0
+    proc = run_bench("run", "--engines", "ddp", "--workers", "1", "--models", "mlp",
+                     "--max-steps", "12", "--epochs", "1", "--repeats", "1", "--results", str(results),
+                     "--no-compare")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "bench run: peak " in proc.stderr
+    (rec,) = records.load([records.results_file(results)]).records
+    entry = rec["peak"]
+    assert entry["gflops"] > 0 and entry["source"] == str(results / peak.FILE)
+    assert entry["key"] in json.loads((results / peak.FILE).read_text())
+    text = render.render(records.load([results]), "text", 0.95) or ""
+    flops, throughput = rec.get("flops_per_sample"), rec.get("throughput")
+    assert flops is not None and throughput is not None
+    share = 100 * throughput * flops["train"] / 1e9 / entry["gflops"]
+    assert f"{share:.1f}%" in text and "'of peak'" in text
+    # a peak below what the run achieved is a broken figure: refused, with the reason
+    rec["peak"] = {**entry, "gflops": share / 200 * entry["gflops"] / 100}
+    text = render.render(records.Loaded([rec], [], []), "text", 0.95) or ""
+    assert "refused: above the measured peak" in text and "utilisation refused for ddp np=1" in text
