@@ -466,3 +466,66 @@ def test_a_supplied_compute_time_scales_the_measured_extra() -> None:
     fast = predict.Target(compute_s=COMPUTE / 10)
     assert fast.step_s(fit, 2) == pytest.approx(COMPUTE / 10 + fit.comm_s + fit.extra_s / 10)
     assert math.isfinite(fast.step_s(fit, 64))
+
+
+def test_two_runs_give_a_wide_but_finite_interval() -> None:
+    # two units: t with one degree of freedom, whose rare huge draws must not overflow
+    recs = [_train(2, 0.012), _train(2, 0.014), _train(2, COMPUTE, sync=False),
+            _train(2, 0.8 * COMPUTE, sync=False), _collective(), _collective(latency=2 * ALPHA)]  # fmt: skip
+    (sample,) = predict.samples(recs)
+    (p,) = predict.run([sample], predict.Target(link_rate_bps=RATE0 // 4), [16], draws=3000)
+    lo, hi = p.throughput_interval
+    assert math.isfinite(lo) and math.isfinite(hi) and lo <= p.throughput <= hi
+    assert hi / lo > 1.5  # two runs say little, and the interval shows it
+
+
+def test_one_worker_collectives_are_not_a_worker_count() -> None:
+    recs = [*_measured(), _collective(world=1)]
+    (sample,) = predict.samples(recs)
+    assert set(sample.by_workers()) == {2}
+    assert any("latency split" in h for h in sample.held_fixed())
+
+
+def test_a_strong_scaling_fit_takes_no_one_worker_run_as_its_compute() -> None:
+    # the 1-worker run trained the whole global batch: n times a worker's compute
+    single = _train(1, 2 * COMPUTE, rate=None, scaling="strong")
+    notes: list[str] = []
+    recs = [_train(2, SYNC, scaling="strong"), single, _collective()]
+    assert predict.samples(recs, notes=notes) == []
+    assert "no compute-only step time" in notes[0]
+
+
+def test_a_lower_bound_reaches_its_upper_end_and_marks_both_figures() -> None:
+    recs = [_train(2, COMPUTE), _train(2, COMPUTE), _train(2, COMPUTE, sync=False),
+            _train(2, COMPUTE, sync=False), _collective(), _collective()]  # fmt: skip
+    (sample,) = predict.samples(recs)
+    (p,) = predict.run([sample], predict.Target(link_rate_bps=RATE0 // 20), [64], draws=200)
+    assert p.bound == "lower" and p.throughput_upper is not None
+    assert p.throughput_interval[1] >= p.throughput_upper
+    row = predict.table([predict.to_record(p, [])]).iloc[0]
+    assert row["samples/s"].startswith(">= ") and row["compute share"].startswith(">= ")
+
+
+def test_the_cpu_term_grows_with_the_gradient_bytes() -> None:
+    fit = _cpu_case().fit()
+    here = predict.Target(same_machine=True, link_rate_bps=1000 * RATE0)
+    doubled = predict.Target(same_machine=True, link_rate_bps=1000 * RATE0, grad_bytes=2 * GRAD)
+    # on a link this fast the communication stays hidden either way: twice the bytes
+    # add the CPU term once more, and nothing else
+    assert _comm(2, 1000 * BUSBW) < fit.hidden_s
+    assert doubled.step_s(fit, 2) - here.step_s(fit, 2) == pytest.approx(fit.cpu_s)
+
+
+def test_the_check_refuses_inputs_it_would_ignore(
+    capsys: pytest.CaptureFixture[str], tmp_path: Any
+) -> None:
+    argv = ["predict", str(tmp_path), "--check", "--fit-link", "1gbit", "--link", "10gbit"]
+    assert cli.main(argv) == EXIT_BAD_INPUT
+    assert (
+        "--check predicts where runs were measured, so it takes no --link"
+        in capsys.readouterr().err
+    )
+    with pytest.raises(
+        predict.PredictError, match="--fit-workers 4: the fitted link has runs at 2"
+    ):
+        predict.check(_measured(), RATE0, fit_workers=4)

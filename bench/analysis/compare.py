@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from bench.analysis import knobs as knob_table
+from bench.analysis import startup
 from bench.analysis.frame import DEFAULT_TARGET, frame, libraries_text
 from bench.measure import stats
 from bench.records import LoadedRecord, Status
@@ -411,6 +412,9 @@ def compare(recs: Iterable[LoadedRecord], target: float = DEFAULT_TARGET) -> lis
             "accuracy": _accuracy_rows(gdf, target),
             "head to head": _head_to_head_rows(gdf, iv),
         }
+        starts = startup.rows(gdf)
+        if not starts.empty:  # records before start-up was recorded have none
+            sections["start-up"] = starts
         _flag_oversubscribed(sections, gdf)
         notes = _notes(gdf, synced)
         if len(twins):

@@ -167,6 +167,18 @@ def peak_capacity(r: RunRecord) -> float:
     return float(gflops) * machines * min(per_machine, cpus / threads)
 
 
+def _startup(r: RunRecord) -> dict[str, Any]:
+    """The record's start-up when well formed, else {} (older records have none)."""
+    s: Any = r.get("startup")
+    ok = (
+        isinstance(s, dict)
+        and isinstance(s.get("total_s"), int | float)
+        and isinstance(s.get("phases_s"), dict)
+        and isinstance(s.get("from"), str)
+    )
+    return s if ok else {}
+
+
 def link_suffix(r: RunRecord) -> str:
     """'/200mbit' for a run over an emulated link (its own variant), else ''."""
     link = r.get("link")
@@ -219,6 +231,7 @@ def _row(r: LoadedRecord, target: float) -> dict[str, Any]:
         "contended": bool(r.get("contended")),
         "train_flops": flops.get("train") or np.nan,
         "peak_gflops": peak_capacity(r),  # all workers at the machine's measured peak
+        "startup": _startup(r),  # launch to first timed step (bench/analysis/startup.py)
         "rank_throughput": r.get("per_rank_throughput") or [],
         # per-run step-time quantiles over every rank's timed steps (from the record's
         # arrays, or from its summary: records.summarise)

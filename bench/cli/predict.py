@@ -158,6 +158,18 @@ def _check(args: argparse.Namespace) -> int:
     """--check: fit on one link rate, predict every other measured one, print the error."""
     if not args.fit_link:
         raise PredictError("--check needs --fit-link RATE, the link to fit on")
+    ignored = {
+        "--link": args.link, "--compute-ms": args.compute_ms, "--grad-mb": args.grad_mb,
+        "--busbw-fraction": args.busbw_fraction, "--hop-latency-us": args.hop_latency_us,
+        "--workers-per-node": args.workers_per_node, "--cpus-per-node": args.cpus_per_node,
+        "--what-if": args.what_if,
+    }  # fmt: skip
+    given = [flag for flag, value in ignored.items() if value is not None]
+    if given:
+        raise PredictError(
+            f"--check predicts where runs were measured, so it takes no {', '.join(given)}; "
+            "drop them, or predict without --check"
+        )
     fit_link = parse_rate(args.fit_link)
     loaded = records.load(args.paths)
     df, notes = predict.check(

@@ -12,6 +12,7 @@ it); each run's record names the entry it was divided by (`peak`).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -95,7 +96,10 @@ def measure_alone(
         raise RuntimeError(f"the matmul peak took over {timeout:.0f}s") from exc
     if out.returncode != 0:
         raise RuntimeError(out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "failed")
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    try:
+        result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError) as exc:
+        raise RuntimeError(f"the measurement printed no result: {out.stdout[-200:]!r}") from exc
     return result
 
 
@@ -134,12 +138,19 @@ def user_cache() -> Path:
 
 
 def _store(folder: Path, entry_key: str, entry: Mapping[str, Any]) -> None:
-    cache = load(folder)
-    cache[entry_key] = {k: v for k, v in entry.items() if k not in ("key", "source")}
+    """Add one entry: read, change and replace under a lock, so that two sweeps sharing a
+    folder keep both their entries; the replace is atomic, so a reader never sees half."""
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{FILE}.{os.getpid()}"
-    tmp.write_text(json.dumps(cache, indent=1, sort_keys=True) + "\n")
-    tmp.replace(folder / FILE)  # atomic: a reader never sees half a file
+    with open(folder / f".{FILE}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        cache = load(folder)
+        cache[entry_key] = {k: v for k, v in entry.items() if k not in ("key", "source")}
+        tmp = folder / f".{FILE}.{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(json.dumps(cache, indent=1, sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(folder / FILE)
 
 
 def ensure(

@@ -387,6 +387,7 @@ class RunFields(TypedDict, total=False):
     step_losses: list[Loss]
     final_accuracy: float | None
     final_loss: Loss
+    startup: dict[str, Any]  # launch to first timed step, in phases (runners/protocol/startup.py)
     timeline: dict[str, Any]  # Horovod's timeline summary (bench/measure/timeline.py)
     saved: dict[str, Any]
     results: list[CollectiveResult]

@@ -13,6 +13,7 @@ from bench.core import machine
 from bench.measure import peak
 from bench.records.types import Epoch, Loss, Peak, RunFields, RunRecord
 from runners.adapters.base import EngineAdapter
+from runners.protocol import startup
 from runners.protocol.state import Result, Run
 
 
@@ -62,6 +63,7 @@ def finished_fields(run: Run, result: Result, record: RunRecord) -> RunFields:
             "frameworks_loaded": machine.frameworks_loaded(engines.frameworks()),
         },
         "hosts": result.hosts,
+        **startup.fields(result.starts, record.get("labels") or {}),
         # Launcher's node count (namespaces share a hostname, so hosts cannot tell).
         "nodes": adapter.world_size // max(adapter.local_world_size, 1),
         "timed_steps": result.step_times.shape[1],
@@ -184,7 +186,9 @@ def peak_fields(record: RunRecord, results: str) -> RunFields:
     beside the results (bench run measures it first; bench peak for runners started by hand)."""
     spec: dict[str, Any] = cast(dict[str, Any], record.get("spec") or {})
     gpu_mb = (record.get("resources") or {}).get("peak_gpu_mb") or []
-    device = "cuda" if any(v is not None for v in gpu_mb) else "cpu"
+    device = str(spec.get("device") or "auto")
+    if device not in ("cpu", "cuda"):  # auto: where the run's memory was
+        device = "cuda" if any(v is not None for v in gpu_mb) else "cpu"
     gpus = (record.get("env") or {}).get("gpus") or [{}]
     key = peak.this_key(int(spec.get("threads") or 1), str(spec.get("precision") or "fp32"),
                         device, cast(str | None, gpus[0].get("name")))  # fmt: skip

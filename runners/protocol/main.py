@@ -34,6 +34,7 @@ from bench.records import RunRecord, Status
 from runners.adapters.base import EngineAdapter
 from runners.protocol import faults, fields
 from runners.protocol.common import launcher, load_adapter, parse_labels, script_name
+from runners.protocol.startup import CLOCK
 from runners.protocol.timing import PROGRESS
 from runners.protocol.train import Diverged, train
 
@@ -108,16 +109,20 @@ def main(engine: Engine, argv: Sequence[str] | None = None) -> int:
     try:
         given = _Inputs(engine, args)
         adapter = load_adapter(engine)(given.spec, args.collective_timeout, given.options)
+        CLOCK.mark("imported")
         model, dataset, spe = prepare(given.spec, adapter.expected_world_size())
         engines.check_engine(engine, given.spec)
         check_device(given.spec)
+        CLOCK.mark("data")
         adapter.init()
+        CLOCK.mark("group")
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     record = _new_record(engine, adapter, given)
     if given.fault is not None:
         faults.install(adapter, given.fault)
+    CLOCK.mark("recorded")
     try:
         train(adapter, model, dataset, spe, record, args.quiet, args.save, given.measure)
         code = 0

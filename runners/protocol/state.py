@@ -16,6 +16,7 @@ from bench.measure.window import Measure
 from bench.records.types import Epoch, Loss
 from models.base import Weights
 from runners.adapters.base import EngineAdapter
+from runners.protocol import startup
 from runners.protocol.timing import Steady
 
 
@@ -53,6 +54,7 @@ class Run:
         """What else uses the CPUs, from the first timed step on."""
         if self.busy0 is None:
             self.busy0 = contention.snapshot(self.root)
+        startup.CLOCK.mark("first_timed")
 
     def batches(self, epoch: int, order: np.ndarray, steps: range, hash_order: bool) -> list[Any]:
         """This rank's batches for `steps` of an epoch, as the engine's tensors."""
@@ -85,3 +87,4 @@ class Result:
     order_fps: list[str]
     hosts: list[str]
     loads: list[Any]
+    starts: list[Any]  # every rank's start-up marks (runners/protocol/startup.py)

@@ -22,6 +22,7 @@ from bench.measure import contention
 from bench.measure.window import Measure
 from bench.records.types import Epoch, RunRecord
 from runners.adapters.base import EngineAdapter
+from runners.protocol import startup
 from runners.protocol.common import gather_json, gather_str, peak_rss_mb
 from runners.protocol.fields import finished_fields, progress_fields
 from runners.protocol.state import Result, Run
@@ -46,6 +47,7 @@ def start(
     PROGRESS.mark()
     adapter.build(model, weights, dataset.input_shape, dataset.num_classes)
     PROGRESS.mark()
+    startup.CLOCK.mark("built")
     init_fps = gather_str(adapter, models.weights_fingerprint(adapter.state()))
     init_opt_state = adapter.optimizer_state_tensors()
     test_idx = bdata.eval_shard(len(dataset.test_y), adapter.rank, adapter.world_size)
@@ -212,10 +214,12 @@ def finish(run: Run) -> Result:
     order_fps = gather_str(adapter, run.order_hash.hexdigest()[:16])
     hosts = gather_str(adapter, socket.gethostname())
     loads = gather_json(adapter, contention.summarise(run.busy0, busy1))
+    starts = gather_json(adapter, startup.CLOCK.snapshot())
     adapter.barrier()
     return Result(
-        final_state, final_fps, train_wall, steady, usage, step_times, order_fps, hosts, loads
-    )
+        final_state, final_fps, train_wall, steady, usage, step_times, order_fps, hosts, loads,
+        starts,
+    )  # fmt: skip
 
 
 def train(

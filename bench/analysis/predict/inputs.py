@@ -115,12 +115,19 @@ def layouts(rec: RunRecord) -> tuple[Layout, Layout]:
     return (Layout(world, cpus, threads) if emulated else hosts), hosts
 
 
+# A draw's t is clipped here: with two units t has one degree of freedom (a Cauchy),
+# whose rare huge draws would overflow; the clip is far beyond the 2.5-97.5% range
+# (t(1)'s 97.5% point is 12.7), so the interval is unchanged.
+T_CLIP = 50.0
+
+
 def _mean(values: Sequence[float], rng: np.random.Generator | None, log: bool) -> float:
     """The units' mean, or with `rng` one draw of it from its t distribution (k >= 2)."""
     arr = np.log(values) if log else np.asarray(values, dtype=float)
     m = float(arr.mean())
     if rng is not None and arr.size >= 2:
-        m += float(arr.std(ddof=1)) / math.sqrt(arr.size) * float(rng.standard_t(arr.size - 1))
+        t = float(np.clip(rng.standard_t(arr.size - 1), -T_CLIP, T_CLIP))
+        m += float(arr.std(ddof=1)) / math.sqrt(arr.size) * t
     return math.exp(m) if log else m
 
 
@@ -144,6 +151,7 @@ class Sample:
     costs: list[RecordCost]  # every collective record of the engine on this link
     machine: Layout
     hosts: Layout
+    compute_machine: Layout  # how the compute runs' workers shared CPUs (a 1-worker run's own)
     run_ids: list[str]
 
     def by_workers(self) -> dict[int, list[RecordCost]]:
@@ -189,6 +197,7 @@ class Sample:
             link=LinkCost(split, bw, self.link_rate_bps),
             machine=self.machine,
             hosts=self.hosts,
+            compute_machine=self.compute_machine,
             run_ids=tuple(self.run_ids),
         )
 
@@ -272,7 +281,9 @@ def _sample(
     spec, engine = first["spec"], first["engine"]
     model = spec.get("model", "?")
     where = f"{variant}/{model} at {workers} workers" + (f" over {rate:,} bit/s" if rate else "")
-    compute_recs = g["compute"] or singles
+    # a 1-worker run under strong scaling trained the whole global batch: not this compute
+    strong = spec.get("scaling") == "strong"
+    compute_recs = g["compute"] or ([] if strong else singles)
     if not compute_recs:
         notes.append(f"{where}: no compute-only step time (the grad_sync=false twin or a 1-worker run); run bench run without --no-comm-cost")  # fmt: skip
         return None
@@ -293,6 +304,7 @@ def _sample(
     if not (sync_cpu and compute_cpu):
         notes.append(f"{where}: runs without their CPU time (contention); the CPU term is left out")
     machine, hosts = layouts(first)
+    compute_machine = layouts(compute_recs[0])[0]
     return Sample(
         engine=engine,
         variant=variant,
@@ -310,6 +322,7 @@ def _sample(
         costs=costs,
         machine=machine,
         hosts=hosts,
+        compute_machine=compute_machine,
         run_ids=[r["run_id"] for r in (*g["sync"], *compute_recs)],
     )
 
@@ -329,7 +342,8 @@ def _costs(
     """Every collective record of this engine on this link, reduced; unusable ones noted."""
     out = []
     for c in colls:
-        if c.get("engine") == engine and rate_of(c) == rate:
+        # a 1-worker "all-reduce" is a memory copy: no latency or bandwidth of a link
+        if c.get("engine") == engine and rate_of(c) == rate and int(c.get("world_size") or 1) > 1:
             try:
                 out.append(record_cost(c.get("results") or [], int(c.get("world_size") or 1)))
             except PredictError as exc:

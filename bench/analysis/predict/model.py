@@ -182,6 +182,7 @@ class Fit:
     hosts: Layout  # how the launcher placed them per host (namespaces: one each)
     run_ids: tuple[str, ...] = ()
     hidden_share_given: float | None = None  # what-if: stated instead of measured
+    compute_machine: Layout | None = None  # where compute was measured (None: `machine`)
 
     @property
     def messages(self) -> int:
@@ -290,8 +291,12 @@ class Target:
         """Compute per step at `workers`: supplied, or measured and stretched by the cores' sharing."""
         if self.compute_s is not None:
             return self.compute_s
-        stretch = self.layout(fit, workers).oversubscription / fit.machine.oversubscription
-        return fit.compute_s * stretch
+        measured_on = fit.compute_machine or fit.machine
+        return (
+            fit.compute_s
+            * self.layout(fit, workers).oversubscription
+            / measured_on.oversubscription
+        )
 
     def step_s(self, fit: Fit, workers: int, *, hide_all: bool = False) -> float:
         """Predicted step seconds; `hide_all`: the engine hides up to all of its compute."""
@@ -310,7 +315,8 @@ class Target:
         hidden = compute if hide_all else fit.hidden_share * compute
         raw0 = fit.cpu_raw_s(fit.machine, fit.workers)
         calibrated = fit.cpu_s / raw0 if raw0 > 0 else 1.0  # never more than the fit saw
-        cpu = fit.cpu_raw_s(self.layout(fit, workers), workers) * calibrated
+        # the CPU a ring's copies and reductions take grows with the bytes
+        cpu = fit.cpu_raw_s(self.layout(fit, workers), workers) * calibrated * grad / fit.grad_bytes
         return compute + max(comm - hidden, 0.0) + cpu + fit.extra_s * scale
 
     def per_worker_batch(self, fit: Fit, workers: int) -> int:

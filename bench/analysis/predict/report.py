@@ -59,26 +59,43 @@ def predict(
     draws: Sequence[Fit] = (),
     held_fixed: Sequence[str] = (),
 ) -> Prediction:
-    """The point prediction from `fit`, with the interval spanned by the `draws`."""
+    """The point prediction from `fit`, with the interval spanned by the `draws`.
+
+    When the fit saw all its communication hidden (`fit.censored`), the point is a lower
+    bound on throughput and compute share; the engine hiding up to all of its compute
+    gives the upper end, which the interval always reaches.
+    """
     batch = target.per_worker_batch(fit, workers)
     step, tput, share = _figures(fit, target, workers, batch)
-    upper = _figures(fit, target, workers, batch, hide_all=True)[1] if fit.censored else None
-    t_iv, s_iv = (tput, tput), (share, share)
+    upper = _figures(fit, target, workers, batch, hide_all=True) if fit.censored else None
+    lo, hi = np.array([tput, share]), np.array([tput, share])
     if draws:
-        many = np.array([_figures(f, target, workers, batch)[1:] for f in draws])
-        lo, hi = np.percentile(many, [2.5, 97.5], axis=0)
+        lo, hi = _percentiles([_figures(f, target, workers, batch)[1:] for f in draws], lo, hi)
         if fit.censored:  # the bound's own spread below, the hide-everything case above
-            hi[0] = np.percentile(
-                [_figures(f, target, workers, batch, True)[1] for f in draws], 97.5
-            )
-        # an unidentified latency split is drawn over its whole range while the point
-        # takes the textbook ring (all per hop), which can sit at the range's edge
-        t_iv = (min(float(lo[0]), tput), max(float(hi[0]), tput))
-        s_iv = (min(float(lo[1]), share), max(float(hi[1]), share))
+            hide_all = [_figures(f, target, workers, batch, hide_all=True)[1:] for f in draws]
+            hi = np.maximum(hi, _percentiles(hide_all, lo, hi)[1])
+    if upper is not None:
+        hi = np.maximum(hi, upper[1:])
+    # an unidentified latency split is drawn over its whole range while the point takes
+    # the textbook ring (all per hop), which can sit at the range's edge: keep it inside
+    lo, hi = np.minimum(lo, [tput, share]), np.maximum(hi, [tput, share])
     return Prediction(
-        fit, target, workers, batch, step, tput, share, t_iv, s_iv,
-        "lower" if fit.censored else None, upper, tuple(held_fixed),
+        fit, target, workers, batch, step, tput, share,
+        (float(lo[0]), float(hi[0])), (float(lo[1]), float(hi[1])),
+        "lower" if fit.censored else None, None if upper is None else upper[1], tuple(held_fixed),
     )  # fmt: skip
+
+
+def _percentiles(
+    figures: Sequence[Sequence[float]], lo: np.ndarray, hi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """2.5 and 97.5 percentiles of the finite draws (per column); the given ends if none."""
+    many = np.array(figures, dtype=float)
+    many = many[np.isfinite(many).all(axis=1)]
+    if not len(many):
+        return lo, hi
+    q = np.percentile(many, [2.5, 97.5], axis=0)
+    return q[0], q[1]
 
 
 def run(
@@ -182,7 +199,9 @@ def to_record(p: Prediction, argv: Sequence[str]) -> RunRecord:
             "hidden_share_of_compute": f.hidden_share,
             "comm_cpu_s_per_step": f.comm_cpu_s,
             "cpu_term_at_fit_s": f.cpu_s,
-            "cores": {
+            "cores": None
+            if f.hidden_share_given is not None
+            else {
                 "workers": layout.workers,
                 "cpus": layout.cpus,
                 "threads": layout.threads,
@@ -225,7 +244,8 @@ def _row(r: RunRecord) -> dict[str, Any]:
         "workers": p.get("workers"),
         "global batch": p.get("global_batch", ""),
         "samples/s": (">= " if p.get("bound") == "lower" else "") + tput,
-        "compute share": _with_interval(share, share_iv, ".0%"),
+        "compute share": (">= " if p.get("bound") == "lower" else "")
+        + _with_interval(share, share_iv, ".0%"),
         "fitted at": "stated inputs (what-if)"
         if inputs.get("what_if")
         else f"{inputs.get('fit_workers')} workers, " + _rate_text(inputs.get("fit_link_rate_bps")),
@@ -284,9 +304,15 @@ def check(
     interval holds the measured value (the runs' mean, as the fit takes them).
     """
     notes: list[str] = []
-    measured = samples(recs, **filters)
+    measured = samples(recs, notes=notes, **filters)
+    fitted = samples(recs, fit_link_bps=fit_link_bps, notes=notes, **filters)
+    if fitted and fit_workers is not None and all(s.workers != fit_workers for s in fitted):
+        counts = ", ".join(str(n) for n in sorted({s.workers for s in fitted}))
+        raise PredictError(
+            f"--fit-workers {fit_workers}: the fitted link has runs at {counts} workers only"
+        )
     rows = []
-    for s in _fitted(samples(recs, fit_link_bps=fit_link_bps, notes=notes, **filters), fit_workers):
+    for s in _fitted(fitted, fit_workers):
         point, rng = s.fit(), np.random.default_rng(SEED)
         drawn = [s.fit(rng) for _ in range(draws)]
         for m in measured:

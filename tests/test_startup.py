@@ -1,0 +1,50 @@
+"""Start-up time: the phases from the launcher's start to the first timed step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench import records
+from bench.analysis import render
+from runners.protocol import startup
+from tests.conftest import run_bench
+
+MARKS = {"process": 101.0, "imported": 103.5, "data": 103.75, "group": 104.0,
+         "recorded": 104.25, "built": 105.0, "first_timed": 106.0}  # fmt: skip
+
+
+def test_phases_are_the_gaps_between_marks_worked_by_hand() -> None:
+    got = startup.phases(MARKS, launched_at=100.0)
+    assert got == {"launcher": 1.0, "interpreter and imports": 2.5, "data": 0.25,
+                   "process group": 0.25, "harness set-up": 0.25,
+                   "build and broadcast": 0.75, "warm-up steps": 1.0}  # fmt: skip
+    # started by hand: counted from the process's own start, no launcher phase
+    alone = startup.phases(MARKS, launched_at=None)
+    assert alone is not None and "launcher" not in alone and sum(alone.values()) == 5.0
+    # a rank that never reached its first timed step gives no start-up at all
+    assert startup.phases({k: v for k, v in MARKS.items() if k != "first_timed"}, 100.0) is None
+    late = {**MARKS, "first_timed": 108.0}
+    out = startup.fields([MARKS, late], {"launched_at": 100.0})["startup"]
+    assert out["rank"] == 1 and out["total_s"] == 8.0 and out["per_rank_total_s"] == [6.0, 8.0]
+    assert startup.fields([MARKS, {}], {"launched_at": 100.0}) == {}
+
+
+@pytest.mark.distributed
+def test_a_run_records_its_start_up_and_compare_shows_it(tmp_path: Path) -> None:
+    results = tmp_path / "res"
+    proc = run_bench("run", "--engines", "ddp", "--workers", "2", "--models", "mlp",
+                     "--max-steps", "12", "--epochs", "1", "--repeats", "1", "--no-comm-cost",
+                     "--results", str(results), "--no-compare")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (rec,) = records.load([results]).records
+    s = rec["startup"]
+    assert s["from"] == "launch" and set(s["phases_s"]) == {p for p, _ in startup.PHASES}
+    assert all(v >= 0 for v in s["phases_s"].values())
+    assert sum(s["phases_s"].values()) == pytest.approx(s["total_s"])
+    assert len(s["per_rank_total_s"]) == 2 and s["total_s"] == max(s["per_rank_total_s"])
+    # the sweep's own clock agrees: the first timed step came before the record was written
+    assert s["total_s"] < rec["launch_to_stop_s"]
+    text = render.render(records.load([results]), "text", 0.95) or ""
+    assert "start-up:" in text and "interpreter and imports" in text
