@@ -33,7 +33,7 @@ LONGEST_FUNCTION = 60
 # Imported inside functions on purpose: a framework loads only in the process that
 # trains with it (and after its thread variables are set); matplotlib only when an
 # HTML report is drawn.
-LAZY = ("torch", "paddle", "horovod", "matplotlib")
+LAZY = ("torch", "paddle", "horovod", "matplotlib", "pynvml")
 
 
 def _modules() -> Iterator[tuple[str, ast.Module]]:

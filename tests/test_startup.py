@@ -8,6 +8,7 @@ import pytest
 
 from bench import records
 from bench.analysis import render
+from bench.measure import energy
 from runners.protocol import startup
 from tests.conftest import run_bench
 
@@ -32,8 +33,16 @@ def test_phases_are_the_gaps_between_marks_worked_by_hand() -> None:
 
 
 @pytest.mark.distributed
-def test_a_run_records_its_start_up_and_compare_shows_it(tmp_path: Path) -> None:
+def test_a_run_records_its_start_up_and_energy_and_compare_shows_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     results = tmp_path / "res"
+    # a fake RAPL package (a static counter): the record must name it, counted once
+    package = tmp_path / "powercap" / "intel-rapl:0"
+    package.mkdir(parents=True)
+    (package / "energy_uj").write_text("1000\n")
+    (package / "max_energy_range_uj").write_text("1000000000\n")
+    monkeypatch.setenv(energy.ROOT_VARIABLE, str(package.parent))
     proc = run_bench("run", "--engines", "ddp", "--workers", "2", "--models", "mlp",
                      "--max-steps", "12", "--epochs", "1", "--repeats", "1", "--no-comm-cost",
                      "--results", str(results), "--no-compare")  # fmt: skip
@@ -48,3 +57,6 @@ def test_a_run_records_its_start_up_and_compare_shows_it(tmp_path: Path) -> None
     assert s["total_s"] < rec["launch_to_stop_s"]
     text = render.render(records.load([results]), "text", 0.95) or ""
     assert "start-up:" in text and "interpreter and imports" in text
+    e = rec["energy"]
+    assert e["joules"] == 0.0 and e["sources"] == [f"{rec['hosts'][0]}:rapl:{package}"]
+    assert e["seconds"] > 0 and e["watts"] == 0.0

@@ -167,6 +167,16 @@ def peak_capacity(r: RunRecord) -> float:
     return float(gflops) * machines * min(per_machine, cpus / threads)
 
 
+def _why_columns(r: RunRecord) -> dict[str, Any]:
+    """Utilisation, start-up, cost and energy inputs of one run."""
+    return {
+        "peak_gflops": peak_capacity(r),  # all workers at the machine's measured peak
+        "startup": _startup(r),  # launch to first timed step (bench/analysis/startup.py)
+        "nodes": int(r.get("nodes") or 1),
+        "energy": r.get("energy") if isinstance(r.get("energy"), dict) else {},
+    }
+
+
 def _startup(r: RunRecord) -> dict[str, Any]:
     """The record's start-up when well formed, else {} (older records have none)."""
     s: Any = r.get("startup")
@@ -230,8 +240,7 @@ def _row(r: LoadedRecord, target: float) -> dict[str, Any]:
         # other processes used the CPUs while it was timed (bench/measure/contention.py)
         "contended": bool(r.get("contended")),
         "train_flops": flops.get("train") or np.nan,
-        "peak_gflops": peak_capacity(r),  # all workers at the machine's measured peak
-        "startup": _startup(r),  # launch to first timed step (bench/analysis/startup.py)
+        **_why_columns(r),
         "rank_throughput": r.get("per_rank_throughput") or [],
         # per-run step-time quantiles over every rank's timed steps (from the record's
         # arrays, or from its summary: records.summarise)

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench import records
-from bench.analysis import frame, regress, render
+from bench.analysis import cost, frame, regress, render
 from bench.cli.common import DEFAULT_TARGET, EXIT_BAD_INPUT, report_skipped, write_file
-from bench.core.errors import CheckError
+from bench.core.errors import CheckError, InputError
 
 DESCRIPTION = (
     "Tables over every record under PATHS (results/reference/ only when named), one "
@@ -62,6 +62,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--sources", action="store_true", help="list the record (file:line) behind every run"
     )
+    p.add_argument(
+        "--price-per-hour",
+        type=float,
+        metavar="P",
+        help="price of one worker-hour (or node-hour, --price-per node): adds cost per million "
+        "samples and cost to the target accuracy (text and markdown)",
+    )
+    p.add_argument("--price-per", choices=["worker", "node"], default="worker")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -89,7 +97,14 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     paths = args.paths or ["results"]
-    return print_tables(paths, args.format, args.sources, args.target_accuracy, args.out)
+    try:
+        price = (
+            None if args.price_per_hour is None else cost.Price(args.price_per_hour, args.price_per)
+        )
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return print_tables(paths, args.format, args.sources, args.target_accuracy, args.out, price)
 
 
 def print_tables(
@@ -98,6 +113,7 @@ def print_tables(
     sources: bool,
     target: float = DEFAULT_TARGET,
     out_dir: str | None = None,
+    price: cost.Price | None = None,
 ) -> int:
     """Print the comparison of the records under `paths` (and write it under `out_dir`)."""
     # Tables need no per-step arrays: read cached summaries; the html report plots them.
@@ -111,6 +127,10 @@ def print_tables(
             file=sys.stderr,
         )
         return 1
+    if fmt in ("text", "markdown"):
+        costs = cost.render_text(cost.table(loaded.records, price, target), price)
+        if costs and (price is not None or cost.measured(loaded.records)):
+            text += ("\n```\n" + costs + "\n```\n") if fmt == "markdown" else "\n" + costs + "\n"
     if out_dir:
         status = write_file(Path(out_dir) / f"report.{render.SUFFIX[fmt]}", text, figures)
         if status:

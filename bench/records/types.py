@@ -387,6 +387,7 @@ class RunFields(TypedDict, total=False):
     step_losses: list[Loss]
     final_accuracy: float | None
     final_loss: Loss
+    energy: dict[str, Any]  # joules over the timed span, with sources (bench/measure/energy.py)
     startup: dict[str, Any]  # launch to first timed step, in phases (runners/protocol/startup.py)
     timeline: dict[str, Any]  # Horovod's timeline summary (bench/measure/timeline.py)
     saved: dict[str, Any]

@@ -10,7 +10,7 @@ import numpy as np
 
 from bench import engines, records
 from bench.core import machine
-from bench.measure import peak
+from bench.measure import energy, peak
 from bench.records.types import Epoch, Loss, Peak, RunFields, RunRecord
 from runners.adapters.base import EngineAdapter
 from runners.protocol import startup
@@ -63,6 +63,7 @@ def finished_fields(run: Run, result: Result, record: RunRecord) -> RunFields:
             "frameworks_loaded": machine.frameworks_loaded(engines.frameworks()),
         },
         "hosts": result.hosts,
+        "energy": energy.total(result.energies, result.hosts, _timed_span(result)),
         **startup.fields(result.starts, record.get("labels") or {}),
         # Launcher's node count (namespaces share a hostname, so hosts cannot tell).
         "nodes": adapter.world_size // max(adapter.local_world_size, 1),
@@ -194,3 +195,10 @@ def peak_fields(record: RunRecord, results: str) -> RunFields:
                         device, cast(str | None, gpus[0].get("name")))  # fmt: skip
     found = peak.lookup(records.results_file(Path(results)).parent, key)
     return {"peak": cast(Peak, found)} if found else {}
+
+
+def _timed_span(result: Result) -> float | None:
+    """Seconds from the first timed step to the end of measuring (the contention probe's
+    span, which the energy meter shares), the longest over ranks."""
+    spans = [c.get("seconds") for c in result.loads if isinstance(c, dict)]
+    return max((float(x) for x in spans if isinstance(x, int | float)), default=None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import time
 from typing import Any
 
@@ -11,7 +12,7 @@ import numpy as np
 
 import models
 from bench.contract import data as bdata
-from bench.measure import contention
+from bench.measure import contention, energy
 from bench.measure.window import Measure
 from bench.records.types import Epoch, Loss
 from models.base import Weights
@@ -49,11 +50,14 @@ class Run:
     peak_mb: float | None = None  # training's peak device memory, staged batches excluded
     staged_mb: float | None = None
     busy0: contention.Snapshot | None = None
+    meter: energy.Meter | None = None  # energy over the same span as the contention probe
 
     def first_timed(self) -> None:
         """What else uses the CPUs, from the first timed step on."""
         if self.busy0 is None:
             self.busy0 = contention.snapshot(self.root)
+            self.meter = energy.Meter(self.adapter.local_rank == 0, _gpu_index(self.adapter))
+            self.meter.start()
         startup.CLOCK.mark("first_timed")
 
     def batches(self, epoch: int, order: np.ndarray, steps: range, hash_order: bool) -> list[Any]:
@@ -88,3 +92,14 @@ class Result:
     hosts: list[str]
     loads: list[Any]
     starts: list[Any]  # every rank's start-up marks (runners/protocol/startup.py)
+    energies: list[Any]  # every rank's energy over the timed span (bench/measure/energy.py)
+
+
+def _gpu_index(adapter: EngineAdapter) -> int | None:
+    """NVML's index of this rank's GPU (its local rank through CUDA_VISIBLE_DEVICES); None on CPU."""
+    if adapter.device_memory_mb() is None:
+        return None
+    visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if visible and all(v.strip().isdigit() for v in visible):
+        return int(visible[adapter.local_rank % len(visible)])
+    return adapter.local_rank

@@ -195,6 +195,7 @@ def finish(run: Run) -> Result:
         adapter, measure, per * world, run.timed, run.window_s, run.window_n, next_chunk
     )
     busy1 = contention.snapshot(run.root)
+    spent = run.meter.stop() if run.meter is not None else []
 
     busy = (time.process_time() - run.cpu0) / max(time.perf_counter() - run.wall0, 1e-9)
     usage = adapter.allgather(
@@ -215,10 +216,11 @@ def finish(run: Run) -> Result:
     hosts = gather_str(adapter, socket.gethostname())
     loads = gather_json(adapter, contention.summarise(run.busy0, busy1))
     starts = gather_json(adapter, startup.CLOCK.snapshot())
+    energies = gather_json(adapter, spent, width=4096)
     adapter.barrier()
     return Result(
         final_state, final_fps, train_wall, steady, usage, step_times, order_fps, hosts, loads,
-        starts,
+        starts, energies,
     )  # fmt: skip
 
 
