@@ -18,6 +18,18 @@ EXIT_BAD_INPUT = 2
 DEFAULT_TARGET = 0.95
 
 
+def positive_ints(text: str, flag: str, example: str) -> list[int] | None:
+    """`text` as a comma list of integers >= 1; None after printing what `flag` takes."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+        if values and min(values) >= 1:
+            return values
+    except ValueError:
+        pass
+    print(f"error: {flag} takes integers >= 1, e.g. {example}; got {text!r}", file=sys.stderr)
+    return None
+
+
 def comma_list(kind: type) -> Callable[[str], tuple[object, ...]]:
     """An argparse type: a comma-separated list of `kind` (empty items ignored)."""
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from bench import records
-from bench.cli.common import EXIT_BAD_INPUT
+from bench.cli.common import EXIT_BAD_INPUT, positive_ints
 from bench.measure import peak
 
 DESCRIPTION = (
@@ -28,13 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        threads = [int(t) for t in args.threads.split(",") if t.strip()]
-        if not threads or min(threads) < 1:
-            raise ValueError
-    except ValueError:
-        print(f"error: --threads takes integers >= 1, e.g. 1,2; got {args.threads!r}",
-              file=sys.stderr)  # fmt: skip
+    threads = positive_ints(args.threads, "--threads", "1,2")
+    if threads is None:
         return EXIT_BAD_INPUT
     folder = records.results_file(Path(args.results)).parent
     for t in threads:

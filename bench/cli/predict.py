@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bench import records
 from bench.analysis import predict
-from bench.cli.common import EXIT_BAD_INPUT
+from bench.cli.common import EXIT_BAD_INPUT, positive_ints
 from bench.core.errors import BenchError, PredictError
 from bench.core.units import format_rate, parse_rate
 
@@ -114,13 +114,8 @@ def _names(text: str | None) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        workers = [int(w) for w in args.workers.split(",") if w.strip()]
-        if not workers or min(workers) < 1:
-            raise ValueError
-    except ValueError:
-        print(f"error: --workers takes integers >= 1, e.g. 8,64,512; got {args.workers!r}",
-              file=sys.stderr)  # fmt: skip
+    workers = positive_ints(args.workers, "--workers", "8,64,512")
+    if workers is None:
         return EXIT_BAD_INPUT
     try:
         _check_inputs(args)
