@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import shlex
@@ -219,14 +220,18 @@ def run(args: argparse.Namespace) -> int:
         warning = contention.busy_warning(contention.machine_busy())
         if warning:
             print(f"bench run: {warning}", file=sys.stderr)
-        _measure_peak(base, results, quiet_machine=not warning)
+        peak_first = functools.partial(_measure_peak, base, results, not warning)
         with stop_on_signals():
             if config.emulate_link:
                 # the pair is removed on the way out, Ctrl-C and SIGTERM included
                 with emulate.emulated(config) as on_link:
-                    outcomes = run_sweep(on_link, base, results, force=args.force)
+                    outcomes = run_sweep(
+                        on_link, base, results, force=args.force, before_cells=peak_first
+                    )
             else:
-                outcomes = run_sweep(config, base, results, force=args.force)
+                outcomes = run_sweep(
+                    config, base, results, force=args.force, before_cells=peak_first
+                )
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -346,8 +346,12 @@ def run_sweep(
     out: TextIO = sys.stdout,
     python: str | None = None,
     on_cell: Callable[[CellResult], None] | None = None,
+    before_cells: Callable[[], None] | None = None,
 ) -> list[CellResult]:
-    """Run every cell not already recorded; returns what ran (skipped cells excluded)."""
+    """Run every cell not already recorded; returns what ran (skipped cells excluded).
+
+    `before_cells` runs once every check has passed and before the first cell (a
+    refused sweep leaves nothing behind), and only when there is a cell to run."""
     cells = plan(config, base)
     unavailable = check_plan(cells, config, python)
     records.check_writable(results)
@@ -367,6 +371,8 @@ def run_sweep(
             f"bench run: WARNING: engine {engine.value} is not installed here, so its {n} "
             f"cells are recorded as unavailable and not run ({why})"
         )
+    if before_cells is not None and todo:
+        before_cells()
     follower = summaries.follow(records.results_file(results))
     outcomes: list[CellResult] = []
     for i, cell in enumerate(todo, start=1):
