@@ -201,6 +201,8 @@ def _utilisation(cell: pd.DataFrame) -> str:
 
 def _peak_notes(ok: pd.DataFrame) -> list[str]:
     """Where the peak came from, and each cell whose utilisation was refused."""
+    if not ok["peak_gflops"].notna().any():  # no run named a peak: nothing to say
+        return []
     notes = []
     for (engine, workers), cell in ok.groupby(["engine", "workers"]):
         if _utilisation(cell) == REFUSED:
@@ -210,11 +212,10 @@ def _peak_notes(ok: pd.DataFrame) -> list[str]:
                 f"is above the {cell['peak_gflops'].median():,.1f} GFLOP/s its workers' measured "
                 "peak allows; the peak (bench peak --remeasure) or the model's FLOP count is wrong"
             )
-    if ok["peak_gflops"].notna().any():
-        notes.append(
-            "'of peak': achieved GFLOP/s over what the run's workers reach in a dense matrix "
-            "multiply at their threads and precision (bench peak; each record names its entry)"
-        )
+    notes.append(
+        "'of peak': achieved GFLOP/s over what the run's workers reach in a dense matrix "
+        "multiply at their threads and precision (bench peak; each record names its entry)"
+    )
     return notes
 
 

@@ -28,7 +28,10 @@ PHASES = (
 
 def rows(gdf: pd.DataFrame) -> pd.DataFrame:
     """One row per engine and worker count with start-up records; empty without any."""
-    ok = gdf[(gdf["status"] == Status.OK) & gdf["startup"].map(bool)]
+    has = gdf["startup"].map(bool)
+    if not has.any():  # records from before start-up was recorded
+        return pd.DataFrame()
+    ok = gdf[(gdf["status"] == Status.OK) & has]
     out = []
     for (engine, workers), cell in ok.groupby(["engine", "workers"]):
         totals = [s["total_s"] for s in cell["startup"]]
