@@ -20,9 +20,10 @@ import pandas as pd
 
 from bench.analysis.frame import DEFAULT_TARGET, frame
 from bench.core.errors import InputError
+from bench.measure import energy
 from bench.records import LoadedRecord, Status
 
-NOT_MEASURED = "not measured"
+NOT_MEASURED = energy.NOT_MEASURED
 
 
 @dataclasses.dataclass(frozen=True)

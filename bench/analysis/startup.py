@@ -12,18 +12,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bench.measure import stats
+from bench.measure import startup, stats
 from bench.records import Status
 
-PHASES = (
-    "launcher",
-    "interpreter and imports",
-    "data",
-    "process group",
-    "harness set-up",
-    "build and broadcast",
-    "warm-up steps",
-)
+PHASES = tuple(phase for phase, _ in startup.PHASES)
 
 
 def rows(gdf: pd.DataFrame) -> pd.DataFrame:

@@ -80,9 +80,7 @@ def measure_alone(
     threads: int, precision: str = "fp32", device: str = "cpu", timeout: float = 300
 ) -> dict[str, Any]:
     """`measure` in a process of its own: the caller never loads torch or keeps its threads."""
-    env = {**os.environ}
-    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        env[name] = str(threads)
+    env = {**os.environ, **dict.fromkeys(machine.THREAD_VARS, str(threads))}
     code = (
         "import json, sys; from bench.measure import peak; "
         "print(json.dumps(peak.measure(int(sys.argv[1]), sys.argv[2], sys.argv[3])))"

@@ -64,7 +64,7 @@ def finished_fields(run: Run, result: Result, record: RunRecord) -> RunFields:
         },
         "hosts": result.hosts,
         "energy": energy.total(result.energies, result.hosts, _timed_span(result)),
-        **startup.fields(result.starts, record.get("labels") or {}),
+        **cast(RunFields, startup.fields(result.starts, record.get("labels") or {})),
         # Launcher's node count (namespaces share a hostname, so hosts cannot tell).
         "nodes": adapter.world_size // max(adapter.local_world_size, 1),
         "timed_steps": result.step_times.shape[1],
