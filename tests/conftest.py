@@ -22,6 +22,8 @@ RUN_TIMEOUT_S = 240
 # Tests check what runs train, not how steady their throughput is: no measurement-only
 # windows after training (tests/test_timing.py covers those), unless a test asks.
 NO_EXTRA_WINDOWS = ["--target-ci", "0"]
+# Nor the profiled steps of the step breakdown (tests/test_breakdown.py covers them).
+NO_PROFILE = ["--profile-steps", "0"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -38,7 +40,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _measure_args(args: list[str]) -> list[str]:
-    return args if "--target-ci" in args else [*args, *NO_EXTRA_WINDOWS]
+    args = args if "--target-ci" in args else [*args, *NO_EXTRA_WINDOWS]
+    return args if "--profile-steps" in args else [*args, *NO_PROFILE]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -129,10 +132,13 @@ def run_direct(
 
 def quick_measure(args: Sequence[str]) -> list[str]:
     """`bench run` arguments without the timed windows a run adds after its steps
-    (up to --measure-cap-s each) unless they set --target-ci themselves: tests that
-    check records, not throughput, need none of them."""
+    (up to --measure-cap-s each) and without profiled steps, unless they set
+    --target-ci or --profile-steps themselves: tests that check records, not
+    throughput, need neither."""
     args = list(args)
-    return args if args[:1] != ["run"] or "--target-ci" in args else [*args, *NO_EXTRA_WINDOWS]
+    if args[:1] != ["run"]:
+        return args
+    return _measure_args(args)
 
 
 def run_bench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -51,6 +51,14 @@ def _rich() -> list[LoadedRecord]:
             e["samples_seen"] = (i + 1) * 640
         if r["engine"] == "horovod" and r["status"] == "ok":
             r["timeline"] = {"per_step_ms": {"negotiation": 2.0, "allreduce": 6.0 * w, "wait": 1.0}}
+        synced = r["spec"].get("grad_sync", True)
+        r["breakdown"] = {  # profiled phases, ms per rank (runners/protocol/profile.py)
+            "steps": 10, "after_timed": True,
+            "phases_ms": {"forward": [0.1] * w, "backward": [0.2] * w, "optimizer": [0.05] * w,
+                          "step": [0.4] * w},
+            "forward_iqr_ms": [[0.09, 0.11]] * w,
+            "comm_ms": [0.3 * synced] * w, "comm_source": "DDP communication hook",
+        }  # fmt: skip
     return [*recs, COLLECTIVE]
 
 
@@ -141,6 +149,7 @@ CAPTIONS = [
     "throughput and scaling efficiency: medians with 95% intervals (n beside each in the tables)",
     "training loss against samples seen",
     "communication cost: throughput of each multi-worker cell and of its grad_sync=false twin",
+    "where the step goes: compute and optimizer from the compute-only twin",
     "head to head: each engine's throughput relative to the fastest",
     "time to 95% test accuracy",
     "Horovod timeline breakdown per step",

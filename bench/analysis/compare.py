@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from bench.analysis import breakdown, startup
 from bench.analysis import knobs as knob_table
-from bench.analysis import startup
 from bench.analysis.frame import DEFAULT_TARGET, frame, libraries_text
 from bench.measure import stats
 from bench.records import LoadedRecord, Status
@@ -416,6 +416,10 @@ def compare(recs: Iterable[LoadedRecord], target: float = DEFAULT_TARGET) -> lis
         starts = startup.rows(gdf)
         if not starts.empty:  # records before start-up was recorded have none
             sections["start-up"] = starts
+        steps = breakdown.rows(_ok(gdf), _ok(twins))
+        if not steps.empty:  # records before steps were profiled have none
+            sections["where the step goes (ms)"] = steps
+            sections["verdict"] = breakdown.verdict_rows(_ok(gdf), _ok(twins))
         _flag_oversubscribed(sections, gdf)
         notes = _notes(gdf, synced)
         if len(twins):
@@ -470,6 +474,18 @@ _FORMATS = {
     "peak RSS MB": "{:,.0f}",
     "CPU util": "{:.2f}",
     "vs fastest": "{:.2f}",
+    **{
+        c: "{:.2f}"
+        for c in (
+            "step ms",
+            "compute",
+            "optimizer",
+            "exposed comm",
+            "hidden comm",
+            "other",
+            "input (outside)",
+        )
+    },
 }
 
 

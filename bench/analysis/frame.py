@@ -174,7 +174,24 @@ def _why_columns(r: RunRecord) -> dict[str, Any]:
         "startup": _startup(r),  # launch to first timed step (bench/analysis/startup.py)
         "nodes": int(r.get("nodes") or 1),
         "energy": r.get("energy") if isinstance(r.get("energy"), dict) else {},
+        # the profiled steps' phases (bench/analysis/breakdown.py), {} if absent or malformed
+        "breakdown": _breakdown(r),
+        "global_batch": r.get("global_batch"),
+        "per_worker_batch": r.get("per_worker_batch"),
+        "loads": [c for c in r.get("contention") or [] if isinstance(c, dict)],
+        # every host a namespace of this one machine (bench/launch/netns.py)
+        "emulated": isinstance(r.get("link"), dict) and bool(r["link"].get("emulated")),
     }
+
+
+def _breakdown(r: RunRecord) -> dict[str, Any]:
+    b: Any = r.get("breakdown")
+    phases = b.get("phases_ms") if isinstance(b, dict) else None
+    ok = isinstance(phases, dict) and all(
+        isinstance(v, list) and all(x is None or isinstance(x, int | float) for x in v)
+        for v in phases.values()
+    )
+    return b if ok and isinstance(b.get("comm_ms"), list) else {}
 
 
 def _startup(r: RunRecord) -> dict[str, Any]:
@@ -199,7 +216,15 @@ def link_suffix(r: RunRecord) -> str:
 
 def frame(recs: Iterable[LoadedRecord], target: float = DEFAULT_TARGET) -> pd.DataFrame:
     """One row per training record with the columns the reports use."""
-    return pd.DataFrame([_row(r, target) for r in recs if r.get("kind", Kind.TRAIN) == Kind.TRAIN])
+    return pd.DataFrame(
+        [_row(r, target) for r in recs if r.get("kind", Kind.TRAIN) == Kind.TRAIN and not _trial(r)]
+    )
+
+
+def _trial(r: RunRecord) -> bool:
+    """A `bench tune` trial: a search step, not a measurement (bench/analysis/tuning.py)."""
+    labels = r.get("labels")
+    return isinstance(labels, dict) and labels.get("tuning") == "trial"
 
 
 def _row(r: LoadedRecord, target: float) -> dict[str, Any]:

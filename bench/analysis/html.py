@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from bench import engines
-from bench.analysis import busbw, predict
+from bench.analysis import breakdown, busbw, predict, tuning
 from bench.analysis import compare as report
 from bench.analysis import frame as runs
 from bench.analysis.frame import DEFAULT_TARGET, synced_ok
@@ -331,6 +331,35 @@ def _comm_figure(comp: report.Comparison, style: _Style, figs: _Figures) -> list
     ]
 
 
+_STACK_COLOURS = ("#4c72b0", "#8172b2", "#c44e52", "#bbbbbb")  # compute .. other
+
+
+def _breakdown_figure(comp: report.Comparison, figs: _Figures) -> list[str]:
+    table = comp.sections.get("where the step goes (ms)")
+    if table is None or table.empty:
+        return []
+    bars = breakdown.stacked(table)
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 0.9 + 0.4 * len(bars)))
+    for i, (_, values) in enumerate(bars):
+        left = 0.0
+        for j, (name, v) in enumerate(zip(breakdown.CATEGORIES, values, strict=True)):
+            ax.barh(i, v, left=left, color=_STACK_COLOURS[j], label=name if i == 0 else None)
+            left += v
+    ax.set_yticks(range(len(bars)), [label for label, _ in bars], fontsize=8)
+    ax.invert_yaxis()
+    ax.set(xlabel="ms per step (medians over runs)", title="where the step goes")
+    ax.legend(fontsize=7, loc="lower right")
+    return [
+        figs.add(
+            fig,
+            "where the step goes: compute and optimizer from the compute-only twin's "
+            "profiled steps, exposed communication = step - twin step, other = the rest "
+            "(hidden communication overlaps compute and is in the table)",
+        )
+    ]
+
+
 def _head_to_head_figure(comp: report.Comparison, style: _Style, figs: _Figures) -> list[str]:
     iv = comp.intervals
     h2h = iv[iv["metric"] == "vs fastest"] if not iv.empty else iv
@@ -541,6 +570,7 @@ def _plots(
     if not frame.empty:
         out += _curves_figure(frame, by_id, style, figs)
     out += _comm_figure(comp, style, figs)
+    out += _breakdown_figure(comp, figs)
     out += _head_to_head_figure(comp, style, figs)
     if not frame.empty:
         out += _time_to_accuracy_figure(frame, target, style, figs)
@@ -598,6 +628,22 @@ def render(
     return build(recs, problems, target).html
 
 
+def _apart(recs: Sequence[LoadedRecord]) -> list[str]:
+    """Model predictions (labelled so, apart from every measured table) and bench tune's
+    best against best."""
+    out = []
+    predicted = predict.table(recs)
+    if not predicted.empty:
+        out.append("<h2>Model predictions (not measurements)</h2>")
+        out.append(f'<p class="warn">{_esc(predict.CAPTION)}</p>')
+        out.append(predicted.to_html(index=False, escape=True, border=0))
+    tuned = tuning.rows(recs)
+    if not tuned.empty:
+        out.append("<h2>Best against best (bench tune: fresh default and tuned runs)</h2>")
+        out.append(tuned.to_html(index=False, escape=True, border=0))
+    return out
+
+
 def build(
     recs: Sequence[LoadedRecord],
     problems: Sequence[Problem] = (),
@@ -639,11 +685,7 @@ def build(
                 f"<h3>{_esc(name)}</h3>" + df.to_html(escape=True, border=0, float_format="%.3f")
             )
         body.append(_collective_plot(parts, style, figs))
-    predicted = predict.table(recs)
-    if not predicted.empty:  # apart from every measured table, and labelled so
-        body.append("<h2>Model predictions (not measurements)</h2>")
-        body.append(f'<p class="warn">{_esc(predict.CAPTION)}</p>')
-        body.append(predicted.to_html(index=False, escape=True, border=0))
+    body.extend(_apart(recs))
     # Lets a headless browser test read back how many plots actually decoded.
     script = (
         "<script>window.addEventListener('load',()=>{const i=[...document.querySelectorAll('img.plot')];"

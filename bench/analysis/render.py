@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bench.analysis import busbw, html, predict
+from bench.analysis import busbw, html, predict, tuning
 from bench.analysis.compare import Comparison, compare, formatted
 from bench.records import Loaded
 
@@ -27,6 +27,13 @@ def render_text(comp: Comparison) -> str:
     ]
     for name, section in comp.sections.items():
         if section.empty:
+            continue
+        if name == "verdict":  # sentences, not columns: one block per cell
+            lines += ["", f"  {name}:"] + [
+                f"  {r['engine']} x{r['workers']}: {r['verdict']}\n      {r['evidence']}"
+                f"\n      try: {r['try']}"
+                for r in section.to_dict("records")
+            ]
             continue
         lines += ["", f"  {name}:", formatted(section).to_string(index=False)]
     lines += [""] + [f"  {n}" for n in comp.notes]
@@ -134,7 +141,8 @@ def render(
     comps = compare(loaded.records, target)
     coll = busbw.tables(loaded.records)
     predicted = predict.render_text(loaded.records)  # model figures, shown apart
-    if not comps and not coll and not predicted:
+    tuned = tuning.rows(loaded.records)  # bench tune's fresh default and tuned runs
+    if not comps and not coll and not predicted and tuned.empty:
         return None
     if fmt == "html":
         page = html.build(loaded.records, loaded.problems, target)
@@ -152,7 +160,12 @@ def render(
         out.append(busbw.render_text(coll) + "\n")
     if predicted:
         out.append(predicted + "\n")
+    if not tuned.empty:
+        out.append(f"{TUNED_TITLE}:\n{tuning.render_text(tuned)}\n")
     return "\n".join(out)
+
+
+TUNED_TITLE = "best against best (bench tune: fresh runs of each engine's default and tuned knobs)"
 
 
 def _json(comps: list[Comparison]) -> str:
@@ -181,6 +194,9 @@ def _markdown(comps: list[Comparison], loaded: Loaded) -> str:
         out.append("\n".join(f"- {n}" for n in c.notes if n not in c.knob_table) + "\n")
         if c.knob_table:
             out.append("```\n" + "\n".join(c.knob_table) + "\n```\n")
+    tuned = tuning.rows(loaded.records)
+    if not tuned.empty:
+        out.append(f"### {TUNED_TITLE}\n\n{tuned.to_markdown(index=False)}\n")
     if predict.render_text(loaded.records):
         table = predict.table(loaded.records).to_markdown(index=False)
         out.append(f"### Model predictions (not measurements)\n\n{predict.CAPTION}\n\n{table}\n")

@@ -23,6 +23,7 @@ COMMANDS = {
         "bench.cli.predict",
         "model each engine's scaling from measured records (predictions, not measurements)",
     ),
+    "tune": ("bench.cli.tune", "search each engine's communication knobs, then best vs best"),
     "peak": ("bench.cli.peak", "measure the matrix-multiply peak that utilisation divides by"),
     "export": ("bench.cli.export", "write records in another tool's format"),
     "models": ("bench.cli.models", "list the reference models"),

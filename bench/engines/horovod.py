@@ -45,6 +45,11 @@ OPTIONS: Mapping[str, Option] = {
         "bool", "true|false: Adasum gradient reduction instead of averaging (over MPI)"
     ),
     "cycle_time_ms": Option("number", "MS: Horovod's cycle time"),
+    "comm_timeline": Option(
+        "bool",
+        "true|false: arm Horovod's dynamic timeline so the profiled steps measure its "
+        "communication (hidden comm); it slowed the timed steps by about 20% here",
+    ),
 }
 
 
@@ -240,6 +245,12 @@ ENTRY = EngineEntry(
     slurm_options=slurm_options,
     needs_ssh=True,
     trace_option=lambda log_dir: f"timeline={log_dir / 'timeline.json'}",
+    comm_knobs="a larger --bucket-mb (Horovod's fusion threshold), the engine option "
+    "horovod:cycle_time_ms, or --grad-compression fp16",
+    # the cycle time is an engine option (None: Horovod's own default)
+    tune_grid=tuple(
+        {"bucket_mb": b, "cycle_time_ms": c} for b in (4.0, 25.0, 100.0) for c in (None, 10.0)
+    ),
     colour="#1f77b4",
     line=("-", "o"),
 )

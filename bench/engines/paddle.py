@@ -59,6 +59,8 @@ ENTRY = EngineEntry(
     build=paddle_launch,
     launched_by=(("PADDLE_TRAINER_ID", "paddle.distributed.launch"),),
     check_spec=check_spec,
+    comm_knobs="a larger --bucket-mb (Paddle's comm_buffer_size)",
+    tune_grid=tuple({"bucket_mb": b} for b in (1.0, 25.0, 100.0)),
     colour="#2ca02c",
     line=((0, (1, 2)), "^"),
 )

@@ -156,6 +156,11 @@ class EngineEntry:
     # the option that makes it write its own trace into a cell's log folder
     # (`bench run --hvd-timeline`), or None where it has none
     trace_option: Callable[[Path], str] | None = None
+    # Communication knobs that leave the maths unchanged: what a communication-bound
+    # verdict suggests, and the grid `bench tune` searches (each point: bucket_mb and
+    # engine options; an option's None is the engine's own default)
+    comm_knobs: str = "a larger --bucket-mb"
+    tune_grid: tuple[dict[str, float | None], ...] = ({"bucket_mb": 5.0}, {"bucket_mb": 100.0})
     # its colour, line style and marker in the HTML report's figures (None: a spare one)
     colour: str | None = None
     line: tuple[object, str] = ("-", "D")

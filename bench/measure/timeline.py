@@ -14,6 +14,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+ALLREDUCES = ("ALLREDUCE", "ADASUM_ALLREDUCE")  # the collective itself, fusion copies inside
+
 
 def load_events(path: str | Path) -> list[dict[str, Any]]:
     """The trace events; tolerates the unterminated array Horovod leaves while writing."""
@@ -24,6 +26,24 @@ def load_events(path: str | Path) -> list[dict[str, Any]]:
         text = text.rstrip(",\n ") + "]"
     events = json.loads(text)
     return [e for e in events if isinstance(e, dict)]
+
+
+def spans(path: str | Path, names: tuple[str, ...] = ALLREDUCES) -> list[tuple[float, float]]:
+    """(start, end) seconds of every activity called one of `names`, over all tensors
+    (fused tensors share an interval: take the union, `runners.adapters.base.union_seconds`)."""
+    out: list[tuple[float, float]] = []
+    open_: dict[tuple[Any, Any], list[tuple[str, float]]] = defaultdict(list)
+    for e in load_events(path):
+        key, ts = (e.get("pid"), e.get("tid")), float(e.get("ts", 0)) / 1e6
+        if e.get("ph") == "B":
+            open_[key].append((str(e.get("name")), ts))
+        elif e.get("ph") == "E" and open_[key]:
+            name, start = open_[key].pop()
+            if name in names:
+                out.append((start, ts))
+        elif e.get("ph") == "X" and str(e.get("name")) in names:
+            out.append((ts, ts + float(e.get("dur", 0)) / 1e6))
+    return out
 
 
 def summarise(path: str | Path, steps: int) -> dict[str, Any]:
@@ -54,7 +74,7 @@ def summarise(path: str | Path, steps: int) -> dict[str, Any]:
         "activities_ms": dict(sorted(totals.items())),
         "per_step_ms": {
             "negotiation": total(lambda k: k == "NEGOTIATE_ALLREDUCE") * per_step,
-            "allreduce": total(lambda k: k in ("ALLREDUCE", "ADASUM_ALLREDUCE")) * per_step,
+            "allreduce": total(lambda k: k in ALLREDUCES) * per_step,
             "wait": total(lambda k: "WAIT" in k) * per_step,
         },
     }

@@ -30,12 +30,16 @@ class Measure:
     Steps are timed in windows of `window_steps`. After training, more windows are
     measured (training on, after the final weights and accuracy are taken) until the
     95% interval of the median window throughput is within +-`target_ci` of it, or
-    the timed seconds reach `cap_s`; 0 turns the extension off.
+    the timed seconds reach `cap_s`; 0 turns the extension off. Then `profile_steps`
+    more steps are timed phase by phase (forward, backward, optimizer, communication:
+    runners/protocol/profile.py) for the step breakdown; they come after every timed
+    window, so they never touch a reported throughput; 0 turns them off.
     """
 
     window_steps: int = 10
     target_ci: float = 0.02
     cap_s: float = 3.0  # the default sweep (54 runs) stays under 10 minutes on 2 cores
+    profile_steps: int = 10
 
     def check(self) -> Measure:
         if self.window_steps < 1:
@@ -44,11 +48,16 @@ class Measure:
             raise InputError(f"--target-ci must be in [0, 1) (0.02 is +-2%), got {self.target_ci}")
         if self.cap_s < 0:
             raise InputError(f"--measure-cap-s must be >= 0, got {self.cap_s}")
+        if self.profile_steps < 0:
+            raise InputError(
+                f"--profile-steps must be >= 0 (0: no breakdown), got {self.profile_steps}"
+            )
         return self
 
 
 def add_measure_flags(parser: argparse.ArgumentParser) -> None:
-    """--window-steps, --target-ci and --measure-cap-s (runners and `bench run` alike)."""
+    """--window-steps, --target-ci, --measure-cap-s and --profile-steps (runners and `bench
+    run` alike)."""
     d = Measure()
     group = parser.add_argument_group("measurement (changes no trained number)")
     group.add_argument(
@@ -70,6 +79,13 @@ def add_measure_flags(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"stop measuring more windows once timed steps took this long (default: {d.cap_s})",
     )
+    group.add_argument(
+        "--profile-steps",
+        type=int,
+        default=None,
+        help="after the timed windows, time this many steps phase by phase for the step "
+        f"breakdown (never part of a throughput); 0: off (default: {d.profile_steps})",
+    )
 
 
 def measure_from_args(args: argparse.Namespace) -> Measure:
@@ -78,5 +94,6 @@ def measure_from_args(args: argparse.Namespace) -> Measure:
         "window_steps": getattr(args, "window_steps", None),
         "target_ci": getattr(args, "target_ci", None),
         "cap_s": getattr(args, "measure_cap_s", None),
+        "profile_steps": getattr(args, "profile_steps", None),
     }
     return Measure(**{k: v for k, v in given.items() if v is not None}).check()

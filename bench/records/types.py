@@ -389,6 +389,7 @@ class RunFields(TypedDict, total=False):
     final_loss: Loss
     energy: dict[str, Any]  # joules over the timed span, with sources (bench/measure/energy.py)
     startup: dict[str, Any]  # launch to first timed step, in phases (runners/protocol/startup.py)
+    breakdown: dict[str, Any]  # profiled steps' phases per rank (runners/protocol/profile.py)
     timeline: dict[str, Any]  # Horovod's timeline summary (bench/measure/timeline.py)
     saved: dict[str, Any]
     results: list[CollectiveResult]

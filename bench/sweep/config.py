@@ -62,6 +62,7 @@ class SweepConfig:
     window_steps: int | None = None
     target_ci: float | None = None
     measure_cap_s: float | None = None
+    profile_steps: int | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SweepConfig:
@@ -151,6 +152,8 @@ class SweepConfig:
             raise SweepError(f"target_ci must be in [0, 1) (0.02 is +-2%), got {self.target_ci}")
         if self.measure_cap_s is not None and self.measure_cap_s < 0:
             raise SweepError(f"measure_cap_s must be >= 0, got {self.measure_cap_s}")
+        if self.profile_steps is not None and self.profile_steps < 0:
+            raise SweepError(f"profile_steps must be >= 0 (0: off), got {self.profile_steps}")
 
     def _check_placement(self) -> None:
         cluster = self.cluster()
@@ -204,6 +207,7 @@ class SweepConfig:
             "--window-steps": self.window_steps,
             "--target-ci": self.target_ci,
             "--measure-cap-s": self.measure_cap_s,
+            "--profile-steps": self.profile_steps,
         }
         return tuple(a for k, v in flags.items() if v is not None for a in (k, str(v)))
 

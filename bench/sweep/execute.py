@@ -42,6 +42,7 @@ class CellResult:
     seconds: float
     log_dir: Path
     error: str | None = None
+    throughput: float | None = None  # the record's samples/s, when it finished ok
 
 
 def attempt_record(
@@ -223,11 +224,13 @@ def run_cell(
     python: str | None = None,
     trace: bool = False,
     follower: records.Follower | None = None,
+    extra_labels: dict[str, Any] | None = None,
 ) -> CellResult:
-    """Launch one cell and make sure it leaves exactly one record."""
+    """Launch one cell and make sure it leaves exactly one record (with `extra_labels`
+    among its labels: `bench tune` names its trials so)."""
     follower = follower or records.Follower(results)
     log_dir = cell_log_dir(run_dir, index, cell)
-    labels = {**_labels(cell, env_key, sweep_id), "log_dir": str(log_dir)}
+    labels = {**_labels(cell, env_key, sweep_id), **(extra_labels or {}), "log_dir": str(log_dir)}
     # the runner's record measures launch-to-stop from it (on this machine's clock)
     labels["launched_at"] = time.time()
     launch = _prepare(
@@ -257,7 +260,11 @@ def run_cell(
     # launcher failed afterwards (teardown); an ok launch whose run recorded otherwise
     # takes the run's status.
     rec, _ = attempt_record(follower, labels["attempt"], outcome, launch.logs, failed)
-    return CellResult(cell, rec["status"], outcome.seconds, log_dir, rec.get("error"))
+    tput = rec.get("throughput")
+    return CellResult(
+        cell, rec["status"], outcome.seconds, log_dir, rec.get("error"),
+        float(tput) if isinstance(tput, int | float) else None,
+    )  # fmt: skip
 
 
 def _supervise(

@@ -51,8 +51,58 @@ class StepTimer:
     clock = "host"
 
 
+class PhaseClock:
+    """One profiled step's phases: `mark(name)` ends the phase running since the last mark.
+
+    Each mark waits for the device first, so on a GPU the phase is its kernels' time;
+    it is used only in the profiled steps after the timed windows, never inside one.
+    """
+
+    def __init__(self, synchronize: Any) -> None:
+        self._sync = synchronize
+        self._last = time.perf_counter()
+        self.phases: dict[str, float] = {}
+
+    def mark(self, name: str) -> None:
+        self._sync()
+        now = time.perf_counter()
+        self.phases[name] = self.phases.get(name, 0.0) + now - self._last
+        self._last = now
+
+
+class CommProbe:
+    """Total communication time over the profiled steps, as the engine's own hooks see it.
+
+    `stop()` returns the seconds of the union of the collectives' busy intervals (the
+    wall time during which a gradient collective was in flight), or None where the
+    engine offers no hook; `source` says how it was measured, or why it was not.
+    """
+
+    source = "not measured: this engine exposes no hook on its gradient collectives"
+
+    def stop(self) -> float | None:
+        return None
+
+
+def union_seconds(spans: list[tuple[float, float]]) -> float:
+    """Length of the union of [start, end] intervals: concurrent collectives count once."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        if end <= reach:
+            continue
+        total += end - max(start, reach)
+        reach = end
+    return total
+
+
 class EngineAdapter(abc.ABC):
     engine: Engine
+    # Set by the profiled steps (runners/protocol/profile.py) and None otherwise: the
+    # timed steps pay one attribute test per phase.
+    phase_clock: PhaseClock | None = None
+    # Whether this run will profile steps; an engine whose probe must be armed before
+    # its process group starts (Horovod's dynamic timeline) reads it in init().
+    profile_comm: bool = False
 
     def __init__(
         self, spec: RunSpec, timeout_s: float = 300.0, options: dict[str, str] | None = None
@@ -124,6 +174,15 @@ class EngineAdapter(abc.ABC):
     def allreduce_inplace(self, buf: Any) -> None:
         """Sum-allreduce `buf` in place with the engine's own collective, as training uses it."""
 
+    def _phase(self, name: str) -> None:
+        """End phase `name` of a profiled step (forward, backward, optimizer); no-op otherwise."""
+        if self.phase_clock is not None:
+            self.phase_clock.mark(name)
+
+    def comm_probe(self) -> CommProbe:
+        """Start timing this engine's gradient collectives for the profiled steps."""
+        return CommProbe()
+
     def synchronize(self) -> None:  # noqa: B027 (optional hook: CPU engines need nothing)
         """Wait for all queued device work (no-op on CPU); called once per timed window."""
 
@@ -148,7 +207,8 @@ class EngineAdapter(abc.ABC):
         """Threads as the framework reports them after setup."""
 
     def finish(self, steps: int) -> dict[str, Any]:
-        """Engine extras for the record once `steps` training steps are over (e.g. a timeline)."""
+        """Engine extras for the record once the run's `steps` steps are over (training,
+        measurement-only and profiled ones; e.g. a timeline's per-step figures)."""
         return {}
 
     def peak_device_memory_mb(self) -> float | None:

@@ -26,7 +26,7 @@ from bench.core import machine
 from bench.core.errors import SpecError
 from bench.engines import Engine
 from models.base import ModelDef, Shape, Weights
-from runners.adapters.base import LOSS_SCALER, EngineAdapter
+from runners.adapters.base import LOSS_SCALER, CommProbe, EngineAdapter
 
 
 def _loss(logits: Any, y: Any, reduction: Literal["mean", "sum"] = "mean") -> Any:
@@ -34,6 +34,12 @@ def _loss(logits: Any, y: Any, reduction: Literal["mean", "sum"] = "mean") -> An
     return F.cross_entropy(
         logits.reshape([-1, logits.shape[-1]]), y.reshape([-1]), reduction=reduction
     )
+
+
+class _InsideBackward(CommProbe):
+    # Paddle records no event for its Gloo allreduce, and DataParallel runs it
+    # synchronously inside backward: none of it overlaps compute.
+    source = "not hookable: synchronous inside backward on Gloo, so all of it is exposed"
 
 
 class PaddleAdapter(EngineAdapter):
@@ -186,23 +192,33 @@ class PaddleAdapter(EngineAdapter):
             # what DDP's broadcast_buffers does, done with paddle's collective
             for buf in self.layer.buffers():
                 dist.broadcast(buf, src=0)
+            self._phase("buffers")  # a collective: kept out of the forward's own work
         self.optimizer.set_lr(lr)
         if self._amp_dtype is None:  # fp32: no autocast context at all, as a plain loop
             loss = _loss(self.model(x), y)
         else:
             with paddle.amp.auto_cast(level="O1", dtype=self._amp_dtype):
                 loss = _loss(self.model(x), y)
+        self._phase("forward")
         if self._scaler.is_enable():
             # DataParallel has averaged the gradients by the end of backward, so every
             # rank unscales (and checks for inf) the same values.
             self._scaler.scale(loss).backward()
+            self._phase("backward")
             self._scaler.step(self.optimizer)
             self._scaler.update()
         else:
             loss.backward()
+            self._phase("backward")
             self.optimizer.step()
         self.optimizer.clear_grad()
+        self._phase("optimizer")
         return loss
+
+    def comm_probe(self) -> CommProbe:
+        return (
+            _InsideBackward() if self._parallel and self.spec.device is Device.CPU else CommProbe()
+        )
 
     def loss_value(self, loss: Any) -> float:
         return float(loss.item())

@@ -9,11 +9,15 @@ trajectories comparable to float rounding.
 from __future__ import annotations
 
 import datetime
+import functools
 import gc
 import inspect
 import itertools
 import os
+import shutil
 import socket
+import tempfile
+import time
 from typing import Any
 
 import numpy as np
@@ -29,9 +33,15 @@ from bench.core import machine
 from bench.core.errors import InputError, SpecError
 from bench.engines import Engine
 from bench.engines import horovod as horovod_entry
-from bench.measure.timeline import summarise
+from bench.measure import timeline
 from models.base import ModelDef, Shape, Weights
-from runners.adapters.base import LOSS_SCALER, EngineAdapter, StepTimer
+from runners.adapters.base import (
+    LOSS_SCALER,
+    CommProbe,
+    EngineAdapter,
+    StepTimer,
+    union_seconds,
+)
 
 
 def _swap_batchnorm(module: torch.nn.Module, make: Any) -> None:
@@ -230,8 +240,11 @@ class TorchAdapter(EngineAdapter):
             group["lr"] = lr
         self.optimizer.zero_grad()
         loss = self._forward_loss(x, y)
+        self._phase("forward")
         self._scaler.scale(loss).backward()
+        self._phase("backward")
         self._apply_step()
+        self._phase("optimizer")
         return loss.detach()
 
     def loss_value(self, loss: Any) -> float:
@@ -321,8 +334,85 @@ def _buffer_sync(every_forward: bool) -> dict[str, Any]:
     return {key: every_forward}
 
 
+class _TimedHook:
+    """A DDP communication hook around `inner` (`hook`) that, while `on`, records each
+    bucket's collective from the bucket being ready to its future completing. On CPU
+    (Gloo) the future completes with the collective, and the host clock times it; on a
+    GPU it completes when the collective is queued, so CUDA events are recorded instead,
+    the end one on the stream the completion callback runs on (which waits for the
+    collective), and read once the profiled steps are synchronised."""
+
+    def __init__(self, inner: Any) -> None:
+        self.on = False
+        self.spans: list[tuple[Any, Any]] = []
+
+        # DDP checks a hook's name and annotations: they are `inner`'s (functools.wraps)
+        @functools.wraps(inner)
+        def hook(state: Any, bucket: Any) -> Any:
+            if not self.on:
+                return inner(state, bucket)
+            cuda = bucket.buffer().is_cuda
+            t0 = _mark(cuda)
+
+            def done(fut: Any) -> Any:
+                self.spans.append((t0, _mark(cuda)))
+                return fut.value()
+
+            return inner(state, bucket).then(done)
+
+        self.hook = hook
+
+
+def _mark(cuda: bool) -> Any:
+    """Now: the host clock, or a CUDA event recorded on the current stream."""
+    if not cuda:
+        return time.perf_counter()
+    event = torch.cuda.Event(enable_timing=True)
+    event.record()
+    return event
+
+
+class _HookProbe(CommProbe):
+    source = "DDP communication hook: each bucket's allreduce, from ready to done"
+
+    def __init__(self, hook: _TimedHook) -> None:
+        self.hook = hook
+        hook.spans.clear()
+        hook.on = True
+
+    def stop(self) -> float | None:
+        self.hook.on = False
+        spans = self.hook.spans
+        if spans and not isinstance(spans[0][0], float):  # CUDA events, synchronised by now
+            base = spans[0][0]
+            spans = [(base.elapsed_time(a) / 1e3, base.elapsed_time(b) / 1e3) for a, b in spans]
+        return union_seconds(spans)
+
+
+class _TimelineProbe(CommProbe):
+    source = "Horovod timeline on rank 0: its ALLREDUCE activities (fusion copies included)"
+
+    def __init__(self, hvd: Any, rank: int) -> None:
+        self.hvd, self.rank = hvd, rank
+        self.folder = tempfile.mkdtemp(prefix="bench-timeline-")
+        self.path = os.path.join(self.folder, "timeline.json")
+        hvd.start_timeline(self.path, mark_cycles=False)
+        hvd.barrier()  # the background thread takes the start at its next cycle
+
+    def stop(self) -> float | None:
+        self.hvd.barrier()  # every profiled collective is done before the stop
+        self.hvd.stop_timeline()  # flushes and closes the file (rank 0 writes it)
+        try:
+            return None if self.rank != 0 else union_seconds(timeline.spans(self.path))
+        except (OSError, ValueError):
+            return None
+        finally:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
 class DDPAdapter(TorchAdapter):
     engine = Engine.DDP
+    _timed_hook: _TimedHook | None = None
 
     def expected_world_size(self) -> int:
         return int(os.environ.get("WORLD_SIZE", "1"))
@@ -361,9 +451,21 @@ class DDPAdapter(TorchAdapter):
                 **_buffer_sync(self.spec.bn_buffers is BNBuffers.BROADCAST),
             )
             if self.spec.grad_compression is GradCompression.FP16:
-                ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+                # DDP takes one hook per model: the timing wrapper, off until profiled
+                self._timed_hook = _TimedHook(default_hooks.fp16_compress_hook)
+                ddp.register_comm_hook(None, self._timed_hook.hook)
             self.model = ddp
         self.optimizer = self._make_optimizer(self.model.parameters())
+
+    def comm_probe(self) -> CommProbe:
+        if not isinstance(self.model, DDP):
+            return CommProbe()
+        if self._timed_hook is None:
+            # Only for the profiled steps, which follow every timed one: the timed steps
+            # ran DDP's built-in allreduce, this is the same averaging as a Python hook.
+            self._timed_hook = _TimedHook(default_hooks.allreduce_hook)
+            self.model.register_comm_hook(None, self._timed_hook.hook)
+        return _HookProbe(self._timed_hook)
 
     def allreduce_sum(self, arr: np.ndarray) -> np.ndarray:
         t = self._tensor(arr)
@@ -494,18 +596,26 @@ class HorovodAdapter(TorchAdapter):
             self.options["autotune"] = "true"
             self.from_launcher.append("HOROVOD_AUTOTUNE")
 
-    def init(self) -> None:
-        self.from_launcher: list[str] = []
-        self._adopt_launcher_settings()
-        # Horovod reads these when it starts; they must be set before hvd.init().
+    def _set_environment(self) -> None:
+        """Horovod reads these when it starts; they must be set before hvd.init()."""
         os.environ["HOROVOD_FUSION_THRESHOLD"] = str(int(self.spec.bucket_mb * 1024 * 1024))
         os.environ.setdefault("HOROVOD_GLOO_TIMEOUT_SECONDS", str(int(self.timeout_s)))
         if "timeline" in self.options:
             os.environ["HOROVOD_TIMELINE"] = self.options["timeline"]
+        elif self.profile_comm and _flag(self.options, "comm_timeline"):
+            # armed, not recording: the profiled steps start and stop their own timeline.
+            # Opt-in: armed, it slowed the timed steps by 21% [8%, 27%] at 2 workers here
+            # (tests/benchmarks/profile_cost.py), which profiling must never do.
+            os.environ["HOROVOD_TIMELINE"] = "DYNAMIC"
         if "cycle_time_ms" in self.options:
             os.environ["HOROVOD_CYCLE_TIME"] = self.options["cycle_time_ms"]
         if self.autotune:
             os.environ["HOROVOD_AUTOTUNE"] = "1"
+
+    def init(self) -> None:
+        self.from_launcher: list[str] = []
+        self._adopt_launcher_settings()
+        self._set_environment()
         # An MPI build defaults to the MPI controller when nothing says otherwise (a
         # worker run without a launcher): the option decides, so both builds run the same.
         # horovodrun --gloo sets gloo itself; a conflict is a launch that contradicts it.
@@ -598,6 +708,7 @@ class HorovodAdapter(TorchAdapter):
             # what DDP's broadcast_buffers does, done the Horovod way
             for i, buf in enumerate(self._buffers):
                 self.hvd.broadcast_(buf, root_rank=0, name=f"bench.buffer.{i}")
+            self._phase("buffers")  # a collective: kept out of the forward's own work
         return super().train_step(batch, lr)
 
     def _apply_step(self) -> None:
@@ -664,13 +775,23 @@ class HorovodAdapter(TorchAdapter):
             **self.amp_knobs(),
         }
 
+    def comm_probe(self) -> CommProbe:
+        if os.environ.get("HOROVOD_TIMELINE") != "DYNAMIC" or not self.spec.grad_sync:
+            probe = CommProbe()  # a timeline option records the whole run instead
+            probe.source = (
+                "not measured: Horovod's timeline is opt-in (--engine-option "
+                "horovod:comm_timeline=true), since arming it slows the timed steps"
+            )
+            return probe
+        return _TimelineProbe(self.hvd, self.rank)
+
     def finish(self, steps: int) -> dict[str, Any]:
         if "timeline" not in self.options:
             return {}
         self.hvd.stop_timeline()  # flushes and closes the file (written by rank 0)
         if self.rank != 0:
             return {}
-        return {"timeline": summarise(self.options["timeline"], steps)}
+        return {"timeline": timeline.summarise(self.options["timeline"], steps)}
 
     def shutdown(self) -> None:
         """hvd.shutdown() joins Horovod's background thread (and its Gloo contexts)."""

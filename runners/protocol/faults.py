@@ -7,6 +7,8 @@ environment of the launch (every launcher passes it to its workers):
     kill:rank=1,step=3      rank 1 kills itself (SIGKILL) before its step 3
     exit:rank=1,step=3      rank 1 exits with status 1 before its step 3
     delay:rank=1,ms=5       every step of rank 1 takes 5 ms more: a straggler
+    slow_input:rank=0,ms=5  building each of rank 0's batches takes 5 ms more: a slow
+                            input stage (batches are built before the timed loop)
     abort:rank=1            rank 1 aborts (SIGABRT) at exit, after the record is written:
                             a run that finished its work and then died
 
@@ -31,7 +33,7 @@ from runners.adapters.base import EngineAdapter
 
 VARIABLE = "BENCH_TEST_FAULT"
 KINDS = {"stall": ("rank", "step"), "kill": ("rank", "step"), "exit": ("rank", "step"),
-         "delay": ("rank", "ms"), "abort": ("rank",)}  # fmt: skip
+         "delay": ("rank", "ms"), "slow_input": ("rank", "ms"), "abort": ("rank",)}  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +73,15 @@ def from_env(environ: Mapping[str, str] | None = None) -> Fault | None:
 def install(adapter: EngineAdapter, fault: Fault) -> None:
     """Wrap the adapter's training step so that `fault` happens on its rank."""
     if fault.rank != adapter.rank or fault.kind == "abort":
+        return
+    if fault.kind == "slow_input":
+        build: Callable[[Any, Any], Any] = adapter.to_batch
+
+        def slow(x: Any, y: Any) -> Any:
+            time.sleep(fault.ms / 1e3)
+            return build(x, y)
+
+        adapter.to_batch = slow  # type: ignore[method-assign]
         return
     step_fn: Callable[[Any, float], Any] = adapter.train_step
     count = 0

@@ -47,7 +47,9 @@ def finished_fields(run: Run, result: Result, record: RunRecord) -> RunFields:
     """Every field a finished run adds to its record."""
     adapter = run.adapter
     # engine extras once training is over (e.g. Horovod's timeline): fields RunRecord names
-    extras = cast(RunFields, adapter.finish(run.step))
+    # every step the engine ran: training, measurement-only and profiled
+    ran = run.step + result.steady.extra + int((result.breakdown or {}).get("steps") or 0)
+    extras = cast(RunFields, adapter.finish(ran))
     return {
         **extras,
         # options that change training (not where files go) distinguish runs in compare
@@ -63,6 +65,7 @@ def finished_fields(run: Run, result: Result, record: RunRecord) -> RunFields:
             "frameworks_loaded": machine.frameworks_loaded(engines.frameworks()),
         },
         "hosts": result.hosts,
+        **({"breakdown": result.breakdown} if result.breakdown else {}),
         "energy": energy.total(result.energies, result.hosts, _timed_span(result)),
         **cast(RunFields, startup.fields(result.starts, record.get("labels") or {})),
         # Launcher's node count (namespaces share a hostname, so hosts cannot tell).

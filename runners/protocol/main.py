@@ -109,6 +109,7 @@ def main(engine: Engine, argv: Sequence[str] | None = None) -> int:
     try:
         given = _Inputs(engine, args)
         adapter = load_adapter(engine)(given.spec, args.collective_timeout, given.options)
+        adapter.profile_comm = given.measure.profile_steps > 0
         CLOCK.mark("imported")
         model, dataset, spe = prepare(given.spec, adapter.expected_world_size())
         engines.check_engine(engine, given.spec)

@@ -93,6 +93,7 @@ class Result:
     loads: list[Any]
     starts: list[Any]  # every rank's start-up marks (runners/protocol/startup.py)
     energies: list[Any]  # every rank's energy over the timed span (bench/measure/energy.py)
+    breakdown: dict[str, Any] | None = None  # profiled steps' phases (runners/protocol/profile.py)
 
 
 def _gpu_index(adapter: EngineAdapter) -> int | None:

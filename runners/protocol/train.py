@@ -25,6 +25,7 @@ from runners.adapters.base import EngineAdapter
 from runners.protocol import startup
 from runners.protocol.common import gather_json, gather_str, peak_rss_mb
 from runners.protocol.fields import finished_fields, progress_fields
+from runners.protocol.profile import profile
 from runners.protocol.state import Result, Run
 from runners.protocol.timing import PROGRESS, measure_until_steady, timed_loop
 
@@ -198,6 +199,8 @@ def finish(run: Run) -> Result:
     spent = run.meter.stop() if run.meter is not None else []
 
     busy = (time.process_time() - run.cpu0) / max(time.perf_counter() - run.wall0, 1e-9)
+    # after every timed window and the contention and energy spans: never in a throughput
+    breakdown = profile(adapter, _chunks(next_chunk, measure.profile_steps))
     usage = adapter.allgather(
         np.asarray(
             [
@@ -220,8 +223,16 @@ def finish(run: Run) -> Result:
     adapter.barrier()
     return Result(
         final_state, final_fps, train_wall, steady, usage, step_times, order_fps, hosts, loads,
-        starts, energies,
+        starts, energies, breakdown,
     )  # fmt: skip
+
+
+def _chunks(next_chunk: Any, n: int) -> list[tuple[Any, float]]:
+    """`n` prepared steps from `next_chunk`'s windows of steps."""
+    steps: list[tuple[Any, float]] = []
+    while len(steps) < n:
+        steps.extend(next_chunk())
+    return steps[:n]
 
 
 def train(

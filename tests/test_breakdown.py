@@ -1,0 +1,266 @@
+"""Where the step goes and the verdict: hand-worked cases, then constructed real runs.
+
+The constructed cases each make one cause true on purpose (a slowed rank, a 100 Mbit
+link, a tiny model, a slowed input stage, a busy neighbour) and check that the verdict
+names that cause and no other.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bench import records
+from bench.analysis import breakdown, compare, render
+from bench.analysis.frame import frame
+from bench.launch import netns
+from runners.adapters.base import union_seconds
+from tests.conftest import run_bench
+
+
+def test_union_of_collective_intervals_counts_overlaps_once() -> None:
+    assert union_seconds([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0), (5.5, 5.7)]) == 4.0
+    assert union_seconds([]) == 0.0
+
+
+def _row(
+    engine: str = "ddp", workers: int = 2, *, sync: bool = True, **over: Any
+) -> dict[str, Any]:
+    """A frame row as compare builds it; the step is 1e3 * global batch / throughput ms."""
+    row: dict[str, Any] = {
+        "engine": engine, "single_node_engine": engine, "workers": workers, "status": records.Status.OK, "grad_sync": sync,
+        "global_batch": 64, "per_worker_batch": 32, "throughput": 6400.0, "input_ms": 0.05,
+        "contended": False, "oversubscribed": False, "peak_gflops": np.nan,
+        "train_flops": np.nan, "loads": [], "nodes": 1, "emulated": False,
+        "breakdown": _profiled([1.0] * workers, [2.0] * workers, [0.5] * workers,
+                               [8.0] * workers if sync else [0.0] * workers),
+    }  # fmt: skip
+    row.update(over)
+    return row
+
+
+def _profiled(fwd: list[float], bwd: list[float], opt: list[float], comm: list[Any],
+              source: str = "DDP communication hook", iqr: list[list[float]] | None = None
+              ) -> dict[str, Any]:  # fmt: skip
+    return {
+        "steps": 10,
+        "phases_ms": {"forward": fwd, "backward": bwd, "optimizer": opt,
+                      "step": [a + b + c for a, b, c in zip(fwd, bwd, opt, strict=True)]},
+        "forward_iqr_ms": iqr or [[f * 0.95, f * 1.05] for f in fwd],
+        "comm_ms": comm, "comm_source": source,
+    }  # fmt: skip
+
+
+def _cell(*rows: dict[str, Any]) -> pd.DataFrame:
+    return pd.DataFrame(list(rows))
+
+
+def test_the_step_splits_into_the_twin_s_work_and_the_exposed_gap_worked_by_hand() -> None:
+    # synced step 64 / 6400 = 10 ms; the twin's 64 / 16000 = 4 ms; hook saw 8 ms of comm
+    twin = _cell(_row(sync=False, throughput=16000.0))
+    p = breakdown.parts(_cell(_row()), twin)
+    assert p is not None
+    assert (p.step, p.compute, p.optimizer) == pytest.approx((10.0, 3.0, 0.5))
+    assert (p.exposed, p.hidden, p.other) == pytest.approx((6.0, 2.0, 0.5))
+    assert sum(p.shares().values()) == pytest.approx(1.0)
+    # Paddle's allreduce runs inside backward: all of it exposed, none hidden
+    paddle = _row("paddle", breakdown=_profiled([1.0] * 2, [9.0] * 2, [0.5] * 2, [None] * 2,
+                                                 "not hookable: synchronous inside backward"))  # fmt: skip
+    q = breakdown.parts(_cell(paddle), _cell(_row("paddle", sync=False, throughput=16000.0)))
+    assert q is not None and (q.exposed, q.hidden) == pytest.approx((6.0, 0.0))
+    # one worker: its own phases, no communication
+    one = breakdown.parts(_cell(_row(workers=1, global_batch=32, throughput=8000.0)), twin[:0])
+    assert one is not None and (one.compute, one.exposed, one.other) == pytest.approx(
+        (3.0, 0.0, 0.5)
+    )
+    # without a twin the exposed part is unknown, and said so
+    alone = breakdown.parts(_cell(_row()), twin[:0])
+    assert alone is not None and np.isnan(alone.exposed) and "no compute-only twin" in alone.source
+
+
+def _verdict(cell: pd.DataFrame, twin: pd.DataFrame) -> breakdown.Verdict:
+    v = breakdown.verdict(cell, twin)
+    assert v is not None
+    return v
+
+
+TWIN = _cell(_row(sync=False, throughput=16000.0))
+
+
+def test_each_verdict_fires_on_its_own_evidence_and_only_there() -> None:
+    # exposed comm (6 of 10 ms) is the largest share, CPUs free
+    v = _verdict(_cell(_row()), TWIN)
+    assert v.name == "communication-bound" and "exposed comm 60%" in v.evidence
+    assert "bucket" in v.knob
+    # the same cell with rank 1's own work 5 ms longer, beyond both ranks' quartiles
+    slow = _profiled([1.0, 6.0], [2.0, 2.0], [0.5, 0.5], [8.0, 8.0])
+    v = _verdict(_cell(_row(breakdown=slow)), TWIN)
+    assert v.name == "straggler" and "rank 1" in v.evidence
+    # within the noise (quartiles overlap) it is no straggler
+    noisy = _profiled([1.0, 1.6], [2.0, 2.0], [0.5, 0.5], [8.0, 8.0], iqr=[[0.5, 1.8], [1.2, 2.0]])
+    assert _verdict(_cell(_row(breakdown=noisy)), TWIN).name == "communication-bound"
+    # other processes took a core
+    busy = [{"other_cpu_cores": 1.1, "own_cpu_cores": 1.0, "cpu_count": 2, "steal_fraction": 0.0}]
+    v = _verdict(_cell(_row(loads=busy, contended=True)), TWIN)
+    assert v.name == "CPU-contended" and "1.10 cores" in v.evidence
+    # a little steal flags the record (contended) but is not what bounds the step
+    stolen = [{**busy[0], "other_cpu_cores": 0.0, "steal_fraction": 0.04}]
+    assert _verdict(_cell(_row(loads=stolen, contended=True)), TWIN).name == "communication-bound"
+    hog = [{**stolen[0], "steal_fraction": 0.3}]
+    assert "stole 30.0%" in _verdict(_cell(_row(loads=hog, contended=True)), TWIN).evidence
+    # saturated cores, and the collectives' CPU explains the exposed time
+    own = [{"other_cpu_cores": 0.0, "own_cpu_cores": 2.0, "cpu_count": 2}]
+    v = _verdict(_cell(_row(loads=own)), _cell(_row(sync=False, throughput=16000.0, loads=own)))
+    assert v.name == "CPU-contended" and "collectives add 12.00 CPU-ms" in v.evidence
+    # over an emulated link each rank counts its peer in the other namespace as another
+    # process; the machine's own use is both trees: no one else, saturated by the run
+    peer = [{"other_cpu_cores": 1.0, "own_cpu_cores": 1.0, "cpu_count": 2}] * 2
+    emu: dict[str, Any] = {"loads": peer, "nodes": 2, "emulated": True}
+    v = _verdict(_cell(_row(**emu)), _cell(_row(sync=False, throughput=16000.0, **emu)))
+    assert v.name == "CPU-contended" and "the run used 2.00 of 2 CPUs" in v.evidence
+    v = _verdict(_cell(_row(loads=peer)), TWIN)  # one machine per host: that was someone else
+    assert v.name == "CPU-contended" and "other processes used 1.00 cores" in v.evidence
+    # building a batch takes longer than the step
+    v = _verdict(_cell(_row(input_ms=12.0)), TWIN)
+    assert v.name == "input-bound" and "12.00 ms" in v.evidence
+
+
+def test_compute_and_overhead_are_told_apart_by_the_measured_peak() -> None:
+    # 1 worker, 3 ms of compute per 32 samples of 3 MFLOP: 32 GFLOP/s of a 40 GFLOP/s peak
+    one = _row(workers=1, global_batch=32, throughput=32 / 3.5e-3, peak_gflops=40.0,
+               train_flops=3e6)  # fmt: skip
+    v = _verdict(_cell(one), TWIN[:0])
+    assert v.name == "compute-bound" and "80% of the measured peak" in v.evidence
+    tiny = {**one, "train_flops": 3e4}  # the same time for a hundredth of the work
+    v = _verdict(_cell(tiny), TWIN[:0])
+    assert v.name == "overhead-bound" and "0.8% of the measured peak" in v.evidence
+    assert "larger batch" in v.knob
+    # without a peak the verdict says it could not tell
+    v = _verdict(_cell({**one, "peak_gflops": np.nan}), TWIN[:0])
+    assert v.name == "compute-bound" and "no peak measured" in v.evidence
+
+
+def test_records_without_a_breakdown_give_no_table_and_no_verdict() -> None:
+    cell = _cell(_row(breakdown={}))
+    assert breakdown.rows(cell, TWIN).empty and breakdown.verdict(cell, TWIN) is None
+    # a multi-worker cell without its twin: its compute includes the waits, so no guess
+    v = _verdict(_cell(_row()), TWIN[:0])
+    assert v.name == "undetermined" and "--no-comm-cost" in v.knob
+
+
+# --- constructed cases: real runs, one cause each --------------------------------------
+
+QUICK = ("--epochs", "1", "--repeats", "1", "--no-compare", "--profile-steps", "10")
+
+
+def _verdicts(results: Path) -> dict[tuple[str, int], str]:
+    (comp,) = compare.compare(records.load([results]).records)
+    table = comp.sections["verdict"]
+    got = {(str(e), int(w)): str(v) for e, w, v in table[["engine", "workers", "verdict"]].values}
+    print(table.to_string())  # the evidence, shown when the test fails
+    return got
+
+
+def _sweep(results: Path, *args: str) -> None:
+    proc = run_bench("run", "--results", str(results), *QUICK, *args, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+
+
+@pytest.mark.distributed
+def test_a_rank_slowed_on_purpose_is_the_straggler(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BENCH_TEST_FAULT", "delay:rank=1,ms=20")
+    _sweep(tmp_path, "--engines", "ddp", "--workers", "2", "--models", "mlp", "--max-steps", "30")
+    assert _verdicts(tmp_path) == {("ddp", 2): "straggler"}
+    text = render.render(records.load([tmp_path]), "text", 0.95) or ""
+    assert "rank 1's own work" in text and "where the step goes (ms):" in text
+
+
+@pytest.mark.distributed
+@pytest.mark.skipif(netns.available(shaping=True) is not None, reason="no shaped namespaces")
+def test_a_100mbit_link_makes_the_cell_communication_bound(tmp_path: Path) -> None:
+    _sweep(tmp_path, "--engines", "ddp", "--workers", "2", "--models", "lenet",
+           "--max-steps", "30", "--emulate-link", "100mbit")  # fmt: skip
+    assert _verdicts(tmp_path) == {("ddp@2nodes/100mbit", 2): "communication-bound"}
+
+
+@pytest.mark.distributed
+def test_a_tiny_model_is_overhead_bound(tmp_path: Path) -> None:
+    peak = run_bench("peak", "--results", str(tmp_path), "--threads", "1", timeout=300)
+    assert peak.returncode == 0, peak.stderr[-2000:]
+    _sweep(tmp_path, "--engines", "ddp", "--workers", "1", "--models", "mlp",
+           "--batch-size", "1", "--max-steps", "60")  # fmt: skip
+    assert _verdicts(tmp_path) == {("ddp", 1): "overhead-bound"}
+
+
+@pytest.mark.distributed
+def test_an_input_stage_slowed_on_purpose_is_input_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BENCH_TEST_FAULT", "slow_input:rank=0,ms=10")
+    _sweep(tmp_path, "--engines", "ddp", "--workers", "1", "--models", "mlp", "--max-steps", "30")
+    assert _verdicts(tmp_path) == {("ddp", 1): "input-bound"}
+
+
+@pytest.fixture
+def busy_neighbour() -> Iterator[None]:
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.distributed
+def test_a_busy_neighbour_makes_the_cell_cpu_contended(
+    tmp_path: Path, busy_neighbour: None
+) -> None:
+    _sweep(tmp_path, "--engines", "ddp", "--workers", "1", "--models", "lenet", "--max-steps", "40")
+    assert _verdicts(tmp_path) == {("ddp", 1): "CPU-contended"}
+
+
+@pytest.mark.distributed
+def test_profiled_steps_come_after_the_timed_ones_and_every_engine_records_them(
+    tmp_path: Path,
+) -> None:
+    _sweep(tmp_path, "--engines", "horovod,ddp,paddle", "--workers", "2", "--models", "mlp",
+           "--max-steps", "20", "--engine-option", "horovod:comm_timeline=true")  # fmt: skip
+    recs = records.load([tmp_path]).records
+    assert len(recs) == 6  # each engine and its compute-only twin
+    for r in recs:
+        b = r["breakdown"]
+        assert b["after_timed"] and b["steps"] == 10
+        # the timed steps are the windows' steps, nothing else: the profiled ones are apart
+        assert r["timed_steps"] == sum(r["window_steps"]) == len(r["step_times_s"][0])
+        assert all(v is not None and v > 0 for v in b["phases_ms"]["step"])
+        synced, engine = r["spec"]["grad_sync"], r["engine"]
+        comm = b["comm_ms"]
+        if not synced:
+            assert comm == [0.0, 0.0] and b["comm_source"].startswith("none")
+        elif engine == "ddp":
+            assert all(c is not None and c > 0 for c in comm)
+        elif engine == "horovod":  # the timeline is rank 0's
+            assert comm[0] is not None and comm[0] > 0 and comm[1] is None
+        else:
+            assert comm == [None, None] and "inside backward" in b["comm_source"]
+    table = compare.compare(recs)[0].sections["where the step goes (ms)"]
+    # the armed timeline costs Horovod's timed steps: such runs are their own variant
+    assert set(table["engine"]) == {"horovod[comm_timeline=true]", "ddp", "paddle"}
+    # --profile-steps 0: no breakdown, the same timed steps
+    off = tmp_path / "off"
+    _sweep(off, "--engines", "ddp", "--workers", "2", "--models", "mlp", "--max-steps", "20",
+           "--no-comm-cost", "--profile-steps", "0")  # fmt: skip
+    (rec,) = records.load([off]).records
+    (ddp,) = [r for r in recs if r["engine"] == "ddp" and r["spec"]["grad_sync"]]
+    assert "breakdown" not in rec and rec["timed_steps"] == ddp["timed_steps"]
+    assert frame([rec])["breakdown"].iloc[0] == {}
