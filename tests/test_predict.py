@@ -153,6 +153,11 @@ def test_fixed_and_per_hop_latency_are_told_apart_by_two_worker_counts() -> None
     assert not one.identified and one.fixed_s == 0 and one.hop_s == pytest.approx(5e-5)
     falling = predict.split_latency({2: 2e-4, 4: 1e-4})  # noise: all of it fixed
     assert falling.identified and falling.hop_s == 0 and falling.fixed_s == pytest.approx(1.5e-4)
+    # latency growing faster than the hops (cores shared at 4): the line through both
+    # measurements is kept, so the 2-worker latency stays what was measured
+    steep = predict.split_latency({2: 0.58e-3, 4: 7.73e-3})
+    assert steep.fixed_s < 0 and steep.fixed_s + 2 * steep.hop_s == pytest.approx(0.58e-3)
+    assert steep.fixed_s + 6 * steep.hop_s == pytest.approx(7.73e-3)
     # fitted from records at 2 and 4 workers, the prediction at 8 pays fixed + 14 hops
     recs = [*_measured(), _collective(world=4, latency=fixed + 6 * hop)]
     recs[2] = _collective(latency=fixed + 2 * hop)
@@ -387,6 +392,9 @@ def test_check_compares_predictions_with_runs_on_other_links_and_worker_counts()
     df, _ = predict.check(recs, RATE0, draws=50)
     assert list(df["link"]) == ["4gbit"] and abs(df["error"].iloc[0]) < 1e-9
     assert "median absolute error" in predict.render_check(df)
+    # a checked cell is never fitted: it needs no twin and no collectives of its own
+    bare, _ = predict.check([*_measured(), _train(2, sync1, rate=rate1)], RATE0, draws=50)
+    assert list(bare["link"]) == ["4gbit"] and abs(bare["error"].iloc[0]) < 1e-9
     # steps 25% slower than the model says: it overestimates throughput by 25%
     recs[3] = _train(2, sync1 * 1.25, rate=rate1)
     df, _ = predict.check(recs, RATE0, draws=50)

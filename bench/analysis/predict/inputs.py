@@ -221,14 +221,7 @@ def samples(
     """
     notes = notes if notes is not None else []
     recs = list(recs)
-    train = [
-        r
-        for r in runs.finished(recs)
-        if (not engines or r.get("engine") in engines)
-        and (not models_ or (r.get("spec") or {}).get("model") in models_)
-        and (fit_link_bps is None or rate_of(r) == fit_link_bps)
-    ]
-    groups = _groups(train)
+    groups = _groups(_train(recs, engines, models_, fit_link_bps))
     singles = {k[:2]: g["single"] for k, g in groups.items() if g["single"]}
     colls = runs.finished(recs, Kind.COLLECTIVE)
     out = []
@@ -237,6 +230,52 @@ def samples(
             sample = _sample(key, g, singles.get(key[:2], []), colls, notes)
             if sample is not None:
                 out.append(sample)
+    return out
+
+
+def _train(
+    recs: Sequence[LoadedRecord],
+    engines: Sequence[str],
+    models_: Sequence[str],
+    link_bps: int | None = None,
+) -> list[LoadedRecord]:
+    return [
+        r
+        for r in runs.finished(recs)
+        if (not engines or r.get("engine") in engines)
+        and (not models_ or (r.get("spec") or {}).get("model") in models_)
+        and (link_bps is None or rate_of(r) == link_bps)
+    ]
+
+
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    """A synchronised cell as measured, for `--check`: the fit is never made from it, so
+    it needs neither a compute-only twin nor collectives of its own."""
+
+    variant: str
+    model: str
+    spec: dict[str, Any]
+    workers: int
+    link_rate_bps: int | None
+    per_worker_batch: int
+    sync: list[float]  # step seconds, one per run
+
+
+def measured(
+    recs: Iterable[LoadedRecord], *, engines: Sequence[str] = (), models_: Sequence[str] = ()
+) -> list[Measured]:
+    """Every multi-worker synchronised cell's runs (what `--check` compares with)."""
+    out = []
+    groups = _groups(_train(list(recs), engines, models_))
+    for (variant, _, rate, workers), g in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        steps = _values(g["sync"])[0] if workers > 1 else []
+        if steps:
+            first = g["sync"][0]
+            spec = first["spec"]
+            out.append(Measured(variant, str(spec.get("model", "?")), {**spec, "grad_sync": True},
+                                workers, rate,
+                                int(first.get("per_worker_batch") or spec["batch_size"]), steps))  # fmt: skip
     return out
 
 

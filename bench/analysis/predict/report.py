@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from bench import records
-from bench.analysis.predict.inputs import Sample, samples, spec_key
+from bench.analysis.predict.inputs import Measured, Sample, measured, samples, spec_key
 from bench.analysis.predict.model import Fit, LatencySplit, Layout, LinkCost, Target
 from bench.core.errors import PredictError
 from bench.core.units import format_rate
@@ -304,7 +304,7 @@ def check(
     interval holds the measured value (the runs' mean, as the fit takes them).
     """
     notes: list[str] = []
-    measured = samples(recs, notes=notes, **filters)
+    cells = measured(recs, **filters)  # the fit is never made from these: no twin needed
     fitted = samples(recs, fit_link_bps=fit_link_bps, notes=notes, **filters)
     if fitted and fit_workers is not None and all(s.workers != fit_workers for s in fitted):
         counts = ", ".join(str(n) for n in sorted({s.workers for s in fitted}))
@@ -315,7 +315,7 @@ def check(
     for s in _fitted(fitted, fit_workers):
         point, rng = s.fit(), np.random.default_rng(SEED)
         drawn = [s.fit(rng) for _ in range(draws)]
-        for m in measured:
+        for m in cells:
             same = (m.variant, spec_key(m.spec)) == (s.variant, spec_key(s.spec))
             if (
                 same
@@ -339,7 +339,7 @@ def _fitted(fitted: Sequence[Sample], fit_workers: int | None) -> list[Sample]:
     return list(chosen.values())
 
 
-def _check_row(s: Sample, m: Sample, point: Fit, drawn: Sequence[Fit]) -> dict[str, Any]:
+def _check_row(s: Sample, m: Measured, point: Fit, drawn: Sequence[Fit]) -> dict[str, Any]:
     """`s`'s prediction for where `m` was measured, against `m`'s runs."""
     target = Target(link_rate_bps=m.link_rate_bps, same_machine=s.machine != s.hosts)
     p = predict(point, target, m.workers, drawn)
