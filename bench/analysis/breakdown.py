@@ -118,6 +118,13 @@ def parts(cell: pd.DataFrame, twins: pd.DataFrame) -> Parts | None:
     return Parts(step, compute, optimizer, exposed, hidden, other, inp, source, twin_step)
 
 
+def _table(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Rows by worker count, then engine; an empty frame without any."""
+    if not rows:
+        return pd.DataFrame()
+    return pd.DataFrame(rows).sort_values(["workers", "engine"]).reset_index(drop=True)
+
+
 def cells(
     ok: pd.DataFrame, twins: pd.DataFrame
 ) -> Iterator[tuple[str, int, pd.DataFrame, pd.DataFrame]]:
@@ -152,9 +159,7 @@ def rows(ok: pd.DataFrame, twins: pd.DataFrame) -> pd.DataFrame:
                 "comm measured by": p.source,
             }
         )
-    if not out:
-        return pd.DataFrame()
-    return pd.DataFrame(out).sort_values(["workers", "engine"]).reset_index(drop=True)
+    return _table(out)
 
 
 # --- the verdict --------------------------------------------------------------------
@@ -373,9 +378,7 @@ def verdict_rows(ok: pd.DataFrame, twins: pd.DataFrame) -> pd.DataFrame:
                     "try": v.knob,
                 }
             )
-    if not out:
-        return pd.DataFrame()
-    return pd.DataFrame(out).sort_values(["workers", "engine"]).reset_index(drop=True)
+    return _table(out)
 
 
 def stacked(table: pd.DataFrame) -> Sequence[tuple[str, list[float]]]:

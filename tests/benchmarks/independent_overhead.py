@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -114,13 +115,18 @@ def runner(
             "--quiet",
         ],
     )
+    rec = launch_record(argv, results, engine)
+    return float(np.median(rec["window_throughput"])), bool(rec.get("contended"))
+
+
+def launch_record(argv: list[str], results: Path, engine: Engine) -> dict[str, Any]:
+    """Run one runner launch and return the record it appended to `results`."""
     before = len(records.load([results]).records) if results.exists() else 0
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=900)
     recs = records.load([results]).records if results.exists() else []
     if proc.returncode != 0 or len(recs) <= before:
         raise RuntimeError(f"{engine.value} runner failed:\n{proc.stderr[-3000:]}")
-    rec = recs[-1]
-    return float(np.median(rec["window_throughput"])), bool(rec.get("contended"))
+    return dict(recs[-1])
 
 
 def interleaved(

@@ -14,17 +14,17 @@ the suite's interval over pairs. Run it on an otherwise idle machine.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench import engines, records
+from bench import engines
 from bench.engines import Engine
 from bench.measure import stats
 from bench.measure.window import Measure
+from tests.benchmarks.independent_overhead import launch_record
 
 
 def launch(engine: Engine, args: argparse.Namespace, results: Path, profile: int) -> float:
@@ -33,12 +33,7 @@ def launch(engine: Engine, args: argparse.Namespace, results: Path, profile: int
         "--max-steps", str(args.steps), "--lr-schedule", "constant",
         "--profile-steps", str(profile), "--results", str(results), "--quiet",
     ])  # fmt: skip
-    before = len(records.load([results]).records) if results.exists() else 0
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=900)
-    recs = records.load([results]).records if results.exists() else []
-    if proc.returncode != 0 or len(recs) <= before:
-        raise RuntimeError(f"{engine.value} runner failed:\n{proc.stderr[-3000:]}")
-    rec = recs[-1]
+    rec = launch_record(argv, results, engine)
     assert ("breakdown" in rec) == (profile > 0), "the record disagrees with --profile-steps"
     return float(rec.get("throughput") or "nan")
 
