@@ -70,6 +70,10 @@ def test_the_step_splits_into_the_twin_s_work_and_the_exposed_gap_worked_by_hand
     assert (p.step, p.compute, p.optimizer) == pytest.approx((10.0, 3.0, 0.5))
     assert (p.exposed, p.hidden, p.other) == pytest.approx((6.0, 2.0, 0.5))
     assert sum(p.shares().values()) == pytest.approx(1.0)
+    # profiled phases longer than the twin's timed step (2.8 ms) are scaled down to it
+    fast = breakdown.parts(_cell(_row()), _cell(_row(sync=False, throughput=64 / 2.8e-3)))
+    assert fast is not None and (fast.compute, fast.optimizer) == pytest.approx((2.4, 0.4))
+    assert (fast.exposed, fast.other) == pytest.approx((7.2, 0.0))
     # Paddle's allreduce runs inside backward: all of it exposed, none hidden
     paddle = _row("paddle", breakdown=_profiled([1.0] * 2, [9.0] * 2, [0.5] * 2, [None] * 2,
                                                  "not hookable: synchronous inside backward"))  # fmt: skip

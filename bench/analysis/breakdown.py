@@ -110,8 +110,14 @@ def parts(cell: pd.DataFrame, twins: pd.DataFrame) -> Parts | None:
         if INSIDE_BACKWARD in source:
             total = exposed
         hidden = float(np.clip(total - exposed, 0.0, total)) if np.isfinite(total) else np.nan
-    compute = _phase(own, "forward", "backward")
-    optimizer = _phase(own, "optimizer")
+    # The profiled steps give the split, the timed steps the total: a profiled step marks
+    # and synchronises each phase, so on a sub-millisecond step its phases can add up to
+    # more than the timed step; they are then scaled down to it (never up).
+    timed = twin_step if own is twin else step
+    profiled = _phase(own, "step")
+    scale = min(1.0, timed / profiled) if profiled > 0 and np.isfinite(timed) else 1.0
+    compute = scale * _phase(own, "forward", "backward")
+    optimizer = scale * _phase(own, "optimizer")
     known = compute + optimizer + (exposed if np.isfinite(exposed) else 0.0)
     other = max(step - known, 0.0)
     inp = float(np.nanmedian(runs["input_ms"].astype(float))) if len(runs) else np.nan
