@@ -328,19 +328,20 @@ def verdict(cell: pd.DataFrame, twins: pd.DataFrame) -> Verdict | None:
             f"find what slows rank {straggler[0]} (its host, its data, its "
             "neighbours); fewer workers per node if it shares cores",
         )
-    contended = _contended(runs, twins, p)
-    if contended is not None:
-        return Verdict(
-            "CPU-contended",
-            contended,
-            "run alone, or leave a core free: fewer threads per worker or fewer workers per node",
-        )
+    # batches built slower than steps run decide whatever else shares the CPUs
     if np.isfinite(p.input) and p.input >= p.step:
         return Verdict(
             "input-bound",
             f"building a batch takes {p.input:.2f} ms, the step {p.step:.2f} ms: "
             "even a loader overlapping the step could not keep up",
             "cheaper input (pre-staged or cached data, less augmentation) or more loader workers",
+        )
+    contended = _contended(runs, twins, p)
+    if contended is not None:
+        return Verdict(
+            "CPU-contended",
+            contended,
+            "run alone, or leave a core free: fewer threads per worker or fewer workers per node",
         )
     return _by_share(runs, p)
 
