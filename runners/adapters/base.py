@@ -80,6 +80,10 @@ class CommProbe:
 
     source = "not measured: this engine exposes no hook on its gradient collectives"
 
+    def __init__(self, source: str | None = None) -> None:
+        if source is not None:
+            self.source = source
+
     def stop(self) -> float | None:
         return None
 

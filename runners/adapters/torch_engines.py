@@ -777,12 +777,10 @@ class HorovodAdapter(TorchAdapter):
 
     def comm_probe(self) -> CommProbe:
         if os.environ.get("HOROVOD_TIMELINE") != "DYNAMIC" or not self.spec.grad_sync:
-            probe = CommProbe()  # a timeline option records the whole run instead
-            probe.source = (
+            return CommProbe(  # a timeline option records the whole run instead
                 "not measured: Horovod's timeline is opt-in (--engine-option "
                 "horovod:comm_timeline=true), since arming it slows the timed steps"
             )
-            return probe
         return _TimelineProbe(self.hvd, self.rank)
 
     def finish(self, steps: int) -> dict[str, Any]:

@@ -27,15 +27,11 @@ def _probe(adapter: EngineAdapter) -> CommProbe:
     """The engine's communication probe, started; a probe that cannot start (a hook the
     framework refuses) costs the breakdown its communication total, never the record."""
     if not adapter.spec.grad_sync:
-        probe = CommProbe()
-        probe.source = NO_COMM
-        return probe
+        return CommProbe(NO_COMM)
     try:
         return adapter.comm_probe()
     except (RuntimeError, ValueError, OSError) as exc:
-        probe = CommProbe()
-        probe.source = f"not measured: the probe did not start ({type(exc).__name__}: {exc})"
-        return probe
+        return CommProbe(f"not measured: the probe did not start ({type(exc).__name__}: {exc})")
 
 
 def profile(adapter: EngineAdapter, steps: Sequence[tuple[Any, float]]) -> dict[str, Any] | None:
