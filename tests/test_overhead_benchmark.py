@@ -1,4 +1,4 @@
-"""The harness-overhead benchmark runs for real: runner and recipe windows in the same launch."""
+"""The harness-overhead benchmark runs for real: in one launch, and as separate launches."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ def test_interleaved_overhead_reports_a_ratio_with_its_interval() -> None:
         [
             sys.executable,
             str(ROOT / "tests/benchmarks/independent_overhead.py"),
+            "--mode",
+            "interleaved",
             "--engines",
             "ddp",
             "--workers",
@@ -44,3 +46,18 @@ def test_interleaved_overhead_reports_a_ratio_with_its_interval() -> None:
     assert low <= ratio <= high
     assert 0.5 < ratio < 2.0  # same network, same batches: anything else is a broken side
     assert row.group(5) in (">= 0.98 confirmed", "below 0.98", "undecided")
+
+
+def test_turns_mode_reports_each_launch_the_pooled_pairs_and_the_mean_based_ratio() -> None:
+    # one launch of 2 windows: too few launches for an interval, which the row must say
+    argv = [sys.executable, str(ROOT / "tests/benchmarks/independent_overhead.py"), "--mode",
+            "turns", "--engines", "ddp", "--workers", "1", "--launches", "1", "--steps", "32"]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    row = re.search(r"^\| ddp \| 1 \| ([0-9.]+) \| (.+?) \| - \| (.+?) \| 1 \| ([0-9.]+) \| "
+                    r"([0-9.]+) .*n=2\) \| ([0-9.]+) \[([0-9.]+), ([0-9.]+)\] \|$", proc.stdout, re.M)  # fmt: skip
+    assert row, proc.stdout
+    assert row.group(1) == row.group(4)  # one launch: its median is the cell's
+    assert "too few" in row.group(3)
+    low, high = float(row.group(7)), float(row.group(8))
+    assert 0.5 < low <= float(row.group(6)) <= high < 2.0

@@ -425,6 +425,39 @@ def test_the_check_reports_how_often_the_interval_holds_the_measured_value() -> 
     assert not bool(df["covered"].iloc[0]) and "0/1" in predict.render_check(df)
 
 
+def test_the_error_interval_adds_the_measured_runs_spread_in_quadrature() -> None:
+    # prediction 100 [80, 125]: log half-widths ln(1.25) = 0.22314 both ways
+    iv = predict.error_interval(100.0, (80.0, 125.0), 100.0, [1.0, 1.0, 1.0])
+    assert iv == pytest.approx((-0.2, 0.25))  # runs that agree add nothing
+    # runs at e^-0.1, 1, e^0.1: sd of logs 0.1, t(0.975, 2) = 4.3027, / sqrt(3) = 0.24842;
+    # hypot(0.22314, 0.24842) = 0.33392 -> expm1(-+0.33392)
+    runs = [math.exp(-0.1), 1.0, math.exp(0.1)]
+    assert predict.error_interval(100.0, (80.0, 125.0), 100.0, runs) == pytest.approx(
+        (-0.28388, 0.39640), abs=1e-4
+    )
+    # off-centre: predicted 100 against 80 measured is +25%, and the interval moves with it
+    low, high = predict.error_interval(100.0, (80.0, 125.0), 80.0, [1.0])
+    assert (low, high) == pytest.approx((0.0, 0.5625))
+    # one run: no spread of its own, the fit's alone
+
+
+def test_a_check_cell_whose_runs_scatter_is_consistent_where_the_fit_alone_misses() -> None:
+    rate1 = 4 * RATE0
+    sync1 = _by_hand(2, busbw=4 * BUSBW)
+    base = [_train(2, s, spread=0.01) for s in (0.99 * SYNC, SYNC, 1.01 * SYNC)]
+    twins = [_train(2, COMPUTE, sync=False) for _ in range(3)]
+    fit = [*base, *twins, _collective(), _collective()]
+    # three runs at the new rate that scatter by +-40% around 1.3x the model's step
+    checked = [_train(2, f * sync1, rate=rate1) for f in (0.8, 1.3, 1.9)]
+    df, _ = predict.check(
+        [*fit, *checked, _collective(rate=rate1, busbw=4 * BUSBW)], RATE0, draws=500
+    )
+    row = df.iloc[0]
+    assert not bool(row["covered"]) and bool(row["consistent"])
+    assert row["error interval"][0] < 0 < row["error interval"][1]
+    assert "consistent 1/1" in predict.render_check(df)
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

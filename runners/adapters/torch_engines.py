@@ -722,12 +722,19 @@ class HorovodAdapter(TorchAdapter):
             self._scaler.step(self.optimizer)
         self._scaler.update()
 
+    # The harness's own collectives keep fixed names. Unnamed, Horovod names each call
+    # anew ("allreduce.noname.N"), and every new name stays in its response cache: at 2
+    # workers the training steps slowed as epochs went by (0.879 [0.826, 0.911] of
+    # Horovod's recipe over 75 epochs; 1.02 over 7), seen from separate processes
+    # (tests/benchmarks/independent_overhead.py --mode turns). One call at a time, so
+    # a name is never in flight twice.
     def allreduce_sum(self, arr: np.ndarray) -> np.ndarray:
-        return self.hvd.allreduce(self._tensor(arr), op=self.hvd.Sum).cpu().numpy()
+        out = self.hvd.allreduce(self._tensor(arr), op=self.hvd.Sum, name="bench.allreduce_sum")
+        return out.cpu().numpy()
 
     def allgather(self, arr: np.ndarray) -> np.ndarray:
         t = self._tensor(arr).unsqueeze(0)
-        return self.hvd.allgather(t).cpu().numpy()
+        return self.hvd.allgather(t, name="bench.allgather").cpu().numpy()
 
     def barrier(self) -> None:
         self.hvd.barrier()

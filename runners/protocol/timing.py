@@ -13,6 +13,7 @@ import numpy as np
 from bench.measure import stats
 from bench.measure.window import Measure
 from runners.adapters.base import EngineAdapter
+from runners.protocol.turns import TURNS
 
 
 def timed_window(adapter: EngineAdapter, steps: Sequence[tuple[Any, float]]) -> Window:
@@ -31,6 +32,7 @@ def timed_window(adapter: EngineAdapter, steps: Sequence[tuple[Any, float]]) -> 
     """
     timer = adapter.step_timer(len(steps))
     losses: list[Any] = []
+    TURNS.wait()  # benchmark-only turn-taking (runners/protocol/turns.py); off: no-op
     t0 = time.perf_counter()
     for batch, lr in steps:
         timer.mark()
@@ -38,6 +40,7 @@ def timed_window(adapter: EngineAdapter, steps: Sequence[tuple[Any, float]]) -> 
     timer.mark()
     adapter.synchronize()
     seconds = time.perf_counter() - t0
+    TURNS.done()
     return Window(seconds, timer.step_times(), losses)
 
 

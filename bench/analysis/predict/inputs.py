@@ -211,13 +211,14 @@ def samples(
     engines: Sequence[str] = (),
     models_: Sequence[str] = (),
     fit_link_bps: int | None = None,
+    fit_workers: int | None = None,
     notes: list[str] | None = None,
 ) -> list[Sample]:
     """One Sample per (engine, model, spec, workers, link) measured with gradient sync.
 
-    `fit_link_bps` keeps only runs over that emulated link. Groups that lack their
-    compute-only measurement or their collective records are left out, with the
-    reason appended to `notes`.
+    `fit_link_bps` keeps only runs over that emulated link, `fit_workers` only that
+    worker count. Groups that lack their compute-only measurement or their collective
+    records are left out, with the reason appended to `notes`.
     """
     notes = notes if notes is not None else []
     recs = list(recs)
@@ -226,7 +227,7 @@ def samples(
     colls = runs.finished(recs, Kind.COLLECTIVE)
     out = []
     for key, g in sorted(groups.items(), key=lambda kv: str(kv[0])):
-        if key[3] > 1 and g["sync"]:
+        if key[3] > 1 and g["sync"] and fit_workers in (None, key[3]):
             sample = _sample(key, g, singles.get(key[:2], []), colls, notes)
             if sample is not None:
                 out.append(sample)

@@ -16,6 +16,7 @@ from bench.analysis.predict.inputs import Measured, Sample, measured, samples, s
 from bench.analysis.predict.model import Fit, LatencySplit, Layout, LinkCost, Target
 from bench.core.errors import PredictError
 from bench.core.units import format_rate
+from bench.measure.stats import t_quantile
 from bench.records import Kind, LoadedRecord, RunRecord
 
 FILE = "predictions.jsonl"
@@ -305,9 +306,15 @@ def check(
     """
     notes: list[str] = []
     cells = measured(recs, **filters)  # the fit is never made from these: no twin needed
-    fitted = samples(recs, fit_link_bps=fit_link_bps, notes=notes, **filters)
-    if fitted and fit_workers is not None and all(s.workers != fit_workers for s in fitted):
-        counts = ", ".join(str(n) for n in sorted({s.workers for s in fitted}))
+    # notes only for the worker count fitted: the others on its link are checked, no twin
+    fitted = samples(
+        recs, fit_link_bps=fit_link_bps, fit_workers=fit_workers, notes=notes, **filters
+    )
+    others = (
+        [] if fitted or fit_workers is None else samples(recs, fit_link_bps=fit_link_bps, **filters)
+    )
+    if others:
+        counts = ", ".join(str(n) for n in sorted({s.workers for s in others}))
         raise PredictError(
             f"--fit-workers {fit_workers}: the fitted link has runs at {counts} workers only"
         )
@@ -345,6 +352,7 @@ def _check_row(s: Sample, m: Measured, point: Fit, drawn: Sequence[Fit]) -> dict
     p = predict(point, target, m.workers, drawn)
     meas = m.workers * m.per_worker_batch / float(np.exp(np.mean(np.log(m.sync))))
     lo, hi = p.throughput_interval
+    error_iv = error_interval(p.throughput, (lo, hi), meas, m.sync)
     return {
         "engine": s.variant,
         "model": s.model,
@@ -355,7 +363,31 @@ def _check_row(s: Sample, m: Measured, point: Fit, drawn: Sequence[Fit]) -> dict
         "interval": (lo, hi),
         "covered": lo <= meas <= hi,
         "error": p.throughput / meas - 1,
+        "error interval": error_iv,
+        "consistent": error_iv[0] <= 0 <= error_iv[1],
     }
+
+
+def error_interval(
+    predicted: float, interval: tuple[float, float], meas: float, runs: Sequence[float]
+) -> tuple[float, float]:
+    """95% interval of predicted / measured - 1, with both sides' uncertainty.
+
+    The prediction's interval covers the fit's inputs; the measured value is itself the
+    mean of a few runs on a machine whose launches drift, so a check asks whether the
+    two agree within both spreads. In log space the prediction's half-widths (below,
+    above) and the measured mean's t half-width (its runs' log step times) add in
+    quadrature. One run: no spread of its own can be estimated, the fit's alone stands.
+    """
+    logs = np.log(np.asarray(runs, dtype=float))
+    n = len(logs)
+    m = t_quantile(0.975, n - 1) * logs.std(ddof=1) / np.sqrt(n) if n > 1 else 0.0
+    below, above = np.log(predicted / interval[0]), np.log(interval[1] / predicted)
+    centre = np.log(predicted / meas)
+    return (
+        float(np.expm1(centre - np.hypot(below, m))),
+        float(np.expm1(centre + np.hypot(above, m))),
+    )
 
 
 def render_check(df: Any) -> str:
@@ -366,16 +398,22 @@ def render_check(df: Any) -> str:
     for col in ("measured samples/s", "predicted samples/s"):
         shown[col] = shown[col].map("{:,.1f}".format)
     shown["interval"] = df["interval"].map(lambda iv: f"[{iv[0]:,.1f}, {iv[1]:,.1f}]")
-    shown["covered"] = df["covered"].map({True: "yes", False: "no"})
+    yes_no = {True: "yes", False: "no"}
+    shown["covered"] = df["covered"].map(yes_no)
     shown["error"] = df["error"].map("{:+.1%}".format)
+    shown["error interval"] = df["error interval"].map(lambda iv: f"[{iv[0]:+.1%}, {iv[1]:+.1%}]")
+    shown["consistent"] = df["consistent"].map(yes_no)
     lines = [
         shown.to_string(index=False),
         "",
-        "per engine: median absolute error; 95% interval holds the measured value:",
+        "per engine: median absolute error; the prediction's 95% interval holds the measured "
+        "value (covered); the error's 95% interval, the measured runs' spread added, holds 0 "
+        "(consistent):",
     ]
     for engine, g in df.groupby("engine"):
         lines.append(
-            f"  {engine}: {g['error'].abs().median():.1%}; {int(g['covered'].sum())}/{len(g)}"
+            f"  {engine}: {g['error'].abs().median():.1%}; covered {int(g['covered'].sum())}/"
+            f"{len(g)}; consistent {int(g['consistent'].sum())}/{len(g)}"
         )
     return "\n".join(lines)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,33 +33,57 @@ def parse() -> argparse.Namespace:
 
 
 def batches(path: str, rank: int, world: int, per: int, steps: int) -> list[tuple[Any, Any]]:
-    """This rank's slice of consecutive global batches, cycling through the arrays."""
+    """This rank's slice of consecutive global batches, one pass over the arrays at most
+    (a step takes batch `i % len`: long runs need no more memory)."""
     with np.load(path) as f:
         x, y = f["x"], f["y"]
     out = []
-    for s in range(steps):
+    for s in range(min(steps, len(y) // (per * world))):
         start = ((s * world + rank) * per) % (len(y) - per)
         out.append((np.ascontiguousarray(x[start : start + per]), y[start : start + per].copy()))
     return out
+
+
+class Turn:
+    """Turn-taking with a second launch when BENCH_TURNS names the orchestrator's socket
+    (independent_overhead.py --mode turns): wait for "g" before a window, send "d" after."""
+
+    def __init__(self) -> None:
+        self.conn: socket.socket | None = None
+        if os.environ.get("BENCH_TURNS"):
+            self.conn = socket.socket(socket.AF_UNIX)
+            self.conn.connect(os.environ["BENCH_TURNS"])
+            self.conn.sendall(b"%d\n" % os.getpid())
+
+    def __enter__(self) -> None:
+        if self.conn is not None and self.conn.recv(1) != b"g":
+            raise SystemExit("the orchestrator went away")
+
+    def __exit__(self, *_: object) -> None:
+        if self.conn is not None:
+            self.conn.sendall(b"d")
 
 
 def run_windows(
     step: Callable[[int], None], args: argparse.Namespace, sync: Callable[[], None]
 ) -> list[float]:
     """Warm-up steps, then timed windows of `window_steps`; one `sync` per window."""
-    for i in range(args.warmup_steps):
-        step(i)
-    sync()
+    turn = Turn()
+    with turn:
+        for i in range(args.warmup_steps):
+            step(i)
+        sync()
     times = []
     i = args.warmup_steps
     for start in range(0, args.steps, args.window_steps):
         n = min(args.window_steps, args.steps - start)
-        t0 = time.perf_counter()
-        for _ in range(n):
-            step(i)
-            i += 1
-        sync()
-        times.append(time.perf_counter() - t0)
+        with turn:
+            t0 = time.perf_counter()
+            for _ in range(n):
+                step(i)
+                i += 1
+            sync()
+            times.append(time.perf_counter() - t0)
     return times
 
 

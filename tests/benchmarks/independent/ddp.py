@@ -20,7 +20,7 @@ def make_step(data: list[tuple[Any, Any]], lr: float, world: int) -> Callable[[i
     optimizer = torch.optim.SGD(model.parameters(), lr=lr * world, momentum=0.9)
 
     def step(i: int) -> None:
-        x, y = tensors[i]
+        x, y = tensors[i % len(tensors)]
         optimizer.zero_grad()
         F.cross_entropy(model(x), y).backward()
         optimizer.step()

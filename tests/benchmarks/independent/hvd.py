@@ -23,7 +23,7 @@ def make_step(data: list[tuple[Any, Any]], lr: float, world: int) -> Callable[[i
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
 
     def step(i: int) -> None:
-        x, y = tensors[i]
+        x, y = tensors[i % len(tensors)]
         optimizer.zero_grad()
         F.cross_entropy(model(x), y).backward()
         optimizer.step()

@@ -36,7 +36,7 @@ def make_step(data: list[tuple[Any, Any]], lr: float, world: int) -> Callable[[i
     )
 
     def step(i: int) -> None:
-        x, y = tensors[i]
+        x, y = tensors[i % len(tensors)]
         F.cross_entropy(model(x), y).backward()
         optimizer.step()
         optimizer.clear_grad()
