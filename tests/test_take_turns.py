@@ -15,7 +15,6 @@ import itertools
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -26,6 +25,7 @@ from bench.engines import Engine
 from tests.benchmarks import independent_overhead as overhead
 from tests.benchmarks import take_turns
 from tests.conftest import ROOT
+from tests.test_faults import _procs_with, _wait_for
 
 pytestmark = pytest.mark.distributed
 
@@ -94,37 +94,31 @@ def test_an_interrupted_orchestrator_leaves_no_stopped_process(
     finally:
         if orchestrator.poll() is None:
             orchestrator.kill()
-    deadline = time.monotonic() + 10
-    while _with(str(results)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert _with(str(results)) == []
+    _wait_for(lambda: _with(str(results)) == [], 10, "every process of the pair ending")
 
 
 def _with(marker: str) -> list[psutil.Process]:
-    found = []
-    for p in psutil.process_iter(["cmdline"]):
+    """Live processes with `marker` on their command line (reaped ones aside)."""
+    live = []
+    for p in _procs_with(marker):
         with contextlib.suppress(psutil.Error):
-            if marker in " ".join(p.info["cmdline"] or []) and p.status() != "zombie":
-                found.append(p)
-    return found
+            if p.status() != psutil.STATUS_ZOMBIE:
+                live.append(p)
+    return live
 
 
 def _wait_for_a_stopped(marker: str, orchestrator: subprocess.Popen[bytes]) -> None:
     """Until a runner process is stopped by the orchestrator: turns are under way."""
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+
+    def stopped() -> bool:
         assert orchestrator.poll() is None, "the orchestrator ended on its own"
-        for p in _with(marker):
-            with contextlib.suppress(psutil.Error):
-                if p.status() == psutil.STATUS_STOPPED:
-                    return
-        time.sleep(0.2)
-    raise AssertionError("no turn was taken within 120s")
+        return any(_status(p) == psutil.STATUS_STOPPED for p in _with(marker))
+
+    _wait_for(stopped, 120, "a turn")
 
 
-def test_a_runner_told_of_an_orchestrator_that_is_not_there_says_so(tmp_path: Path) -> None:
-    from runners.protocol.turns import Turns
-
-    with pytest.raises(RuntimeError, match=r"BENCH_TURNS=.*no turn-taking orchestrator there"):
-        Turns(str(tmp_path / "missing.sock")).wait()
-    Turns(None).wait()  # unset: the normal run, no wait at all
+def _status(p: psutil.Process) -> str | None:
+    try:
+        return str(p.status())
+    except psutil.Error:
+        return None

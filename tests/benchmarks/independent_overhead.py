@@ -1,8 +1,8 @@
 """Does the harness cost an engine speed? Each runner against an independent canonical loop.
 
     .venv/bin/python tests/benchmarks/independent_overhead.py [--mode turns|interleaved|launches]
-        [--engines horovod,ddp,paddle] [--workers 1,2] [--launches 3] [--steps N]
-        [--slow-runner-ms MS]   interleaved: [--pairs 150]   launches: [--pairs 12]
+        [--engines horovod,ddp,paddle] [--workers 1,2] [--launches N] [--steps N]
+        [--slow-runner-ms MS] [--aa]   interleaved: [--pairs 150]   launches: [--pairs 12]
 
 The canonical loops (tests/benchmarks/independent/) are each engine's documented
 recipe with the textbook LeNet written out per framework (stock modules); they
@@ -67,6 +67,7 @@ HERE = Path(__file__).resolve().parent / "independent"
 WORKER = Path(__file__).resolve().parent / "interleaved_worker.py"
 LOOPS = {Engine.DDP: "ddp.py", Engine.HOROVOD: "hvd.py", Engine.PADDLE: "paddle_dp.py"}
 TARGET = 0.98
+BATCH = 32  # per worker, on both sides
 
 
 # 2,048 training samples: 64 steps an epoch at 1 worker, 32 at 2, so the runner's
@@ -100,7 +101,7 @@ def runner_argv(engine: Engine, workers: int, args: argparse.Namespace, results:
         engine,
         workers,
         ["--model", "lenet", "--dataset", "synthetic", "--synthetic-samples", str(SAMPLES),
-         "--batch-size", "32", "--threads", "1", "--warmup-steps", str(args.warmup_steps),
+         "--batch-size", str(BATCH), "--threads", "1", "--warmup-steps", str(args.warmup_steps),
          "--max-steps", str(args.warmup_steps + args.steps), "--epochs", "100000",
          "--lr-schedule", "constant", "--window-steps", str(args.window_steps),
          "--target-ci", "0", "--profile-steps", "0", "--results", str(results), "--quiet"],
@@ -163,9 +164,9 @@ def interleaved(
 
 def turns(
     engine: Engine, workers: int, args: argparse.Namespace, data: Path, tmp: Path
-) -> tuple[list[float], float, list[tuple[float, float]]]:
-    """One pair of launches taking turns: (runner / canonical per window pair, their
-    median, (runner, canonical) seconds per step of each pair)."""
+) -> list[tuple[float, float]]:
+    """One pair of launches taking turns: (runner, canonical) seconds a step of each
+    pair of windows."""
     results = tmp / f"turns-{engine.value}-{workers}.jsonl"
     results.unlink(missing_ok=True)
     first = (canonical_argv if args.aa else runner_argv)(
@@ -177,7 +178,7 @@ def turns(
         workers, tmp,
     )  # fmt: skip
     if args.aa:  # the canonical loop against itself: the method's own floor
-        runner_s = workers * 32 / np.asarray(canonical_output(engine, out["runner"].stdout, ""))
+        runner_s = workers * BATCH / np.asarray(canonical_output(engine, out["runner"].stdout, ""))
     else:
         (rec,) = records.load([results]).records
         # per-step seconds of each timed window, the slowest rank's (as the canonical loop)
@@ -185,13 +186,8 @@ def turns(
     canon_tput = canonical_output(engine, out["canonical"].stdout, out["canonical"].stderr)
     if len(canon_tput) != len(runner_s):
         raise RuntimeError(f"{len(runner_s)} runner windows but {len(canon_tput)} canonical")
-    canon_s = workers * 32 / np.asarray(canon_tput)
-    ratios = (canon_s / runner_s).tolist()  # same samples per step: a throughput ratio
-    return (
-        ratios,
-        float(np.median(ratios)),
-        list(zip(runner_s.tolist(), canon_s.tolist(), strict=False)),
-    )
+    canon_s = workers * BATCH / np.asarray(canon_tput)
+    return list(zip(runner_s.tolist(), canon_s.tolist(), strict=True))
 
 
 def mean_ratio(times: list[tuple[float, float]], draws: int = 4000) -> str:
@@ -215,11 +211,12 @@ class Cell:
     contended: int = 0
 
     def extra(self) -> str:
+        """The table's last columns: what each mode has beside its interval."""
+        launches = ", ".join(f"{m:.3f}" for m in self.per_launch)
         if self.times:
-            return mean_ratio(self.times)
-        if self.per_launch:
-            return ", ".join(f"{m:.3f}" for m in self.per_launch)
-        return f"{self.contended}/{len(self.ratios)}"
+            pooled = stats.estimate(self.ratios).fmt(".3f")
+            return f"{len(self.per_launch)} | {launches} | {pooled} | {mean_ratio(self.times)}"
+        return launches or f"{self.contended}/{len(self.ratios)}"
 
 
 def measure(engine: Engine, workers: int, args: argparse.Namespace, data: Path, tmp: Path) -> Cell:
@@ -239,7 +236,9 @@ def measure(engine: Engine, workers: int, args: argparse.Namespace, data: Path, 
         return cell
     for n in range(args.launches):
         if args.mode == "turns":
-            pairs, med, times = turns(engine, workers, args, data, tmp)
+            times = turns(engine, workers, args, data, tmp)
+            pairs = [c / r for r, c in times]  # same samples a step: a throughput ratio
+            med = float(np.median(pairs))
             cell.times.extend(times)
         else:
             pairs, med = interleaved(engine, workers, args, data)
@@ -326,14 +325,9 @@ def table(cells: list[Cell], mode: str) -> None:
         est = decision(cell)
         half = stats.relative_half_width(est)
         width = "-" if half is None else f"{half:.1%}"
-        extra = cell.extra()
-        if cell.times:
-            launches = ", ".join(f"{m:.3f}" for m in cell.per_launch)
-            pooled = stats.estimate(cell.ratios).fmt(".3f")
-            extra = f"{len(cell.per_launch)} | {launches} | {pooled} | {extra}"
         print(
             f"| {cell.engine} | {cell.workers} | {est.value:.3f} | {est.interval('.3f')} | "
-            f"{width} | {verdict(est)} | {extra} |"
+            f"{width} | {verdict(est)} | {cell.extra()} |"
         )
 
 
