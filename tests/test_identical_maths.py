@@ -124,6 +124,22 @@ def test_evaluation_runs_in_training_sized_batches(adapter: EngineAdapter) -> No
     assert loss_sum == pytest.approx(sum(v for v, _, _ in one), rel=1e-5)
 
 
+def test_each_step_trains_at_the_learning_rate_it_is_given(adapter: EngineAdapter) -> None:
+    """The rate a step is given is the one applied, repeated or changed (Paddle sets it
+    only when it changes). At rate 0 SGD with momentum leaves the weights alone."""
+    ds = data.load_digits(seed=0, test_fraction=0.2)
+    batch = adapter.to_batch(ds.train_x[:16], ds.train_y[:16])
+
+    def moved(lr: float) -> bool:
+        before = adapter.state()
+        adapter.train_step(batch, lr)
+        return any(not np.array_equal(before[k], v) for k, v in adapter.state().items())
+
+    assert [moved(lr) for lr in (0.05, 0.0, 0.0, 0.05, 0.05, 0.0)] == [
+        True, False, False, True, True, False
+    ]  # fmt: skip
+
+
 def test_fp32_maths_set_and_recorded(adapter: EngineAdapter) -> None:
     """True fp32 unless allow_tf32: TF32 and cuDNN modes set explicitly, read back into knobs."""
     math = adapter.knobs()["math"]

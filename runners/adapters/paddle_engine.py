@@ -31,9 +31,10 @@ from runners.adapters.base import LOSS_SCALER, CommProbe, EngineAdapter
 
 def _loss(logits: Any, y: Any, reduction: Literal["mean", "sum"] = "mean") -> Any:
     """Cross-entropy over every prediction: one per sample, or one per token for an LM."""
-    return F.cross_entropy(
-        logits.reshape([-1, logits.shape[-1]]), y.reshape([-1]), reduction=reduction
-    )
+    if logits.ndim > 2:  # an LM's tokens; a classifier's [batch, classes] is left alone:
+        # each reshape is a dispatched op in Paddle's eager mode, paid every step
+        logits, y = logits.reshape([-1, logits.shape[-1]]), y.reshape([-1])
+    return F.cross_entropy(logits, y, reduction=reduction)
 
 
 class _InsideBackward(CommProbe):
@@ -144,6 +145,7 @@ class PaddleAdapter(EngineAdapter):
             self.optimizer = paddle.optimizer.Adam(
                 learning_rate=s.lr, parameters=params, weight_decay=s.weight_decay or None
             )
+        self._lr = s.lr
 
     def _set_fp32_maths(self) -> None:
         """fp32 maths as torch's adapters set it (see torch_engines._set_fp32_maths).
@@ -193,7 +195,9 @@ class PaddleAdapter(EngineAdapter):
             for buf in self.layer.buffers():
                 dist.broadcast(buf, src=0)
             self._phase("buffers")  # a collective: kept out of the forward's own work
-        self.optimizer.set_lr(lr)
+        if lr != self._lr:  # set_lr runs a fill op on the LR tensor: only when it changes
+            self.optimizer.set_lr(lr)
+            self._lr = lr
         if self._amp_dtype is None:  # fp32: no autocast context at all, as a plain loop
             loss = _loss(self.model(x), y)
         else:
