@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import uuid
@@ -218,16 +219,22 @@ def test_the_pair_is_removed_on_sigterm_and_after_sigkill() -> None:
             text=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
         )  # fmt: skip
         assert proc.stdout is not None and proc.stdout.readline().strip() == "up", proc.stderr
-        assert len(_namespaces(proc.pid)) == 2
+        assert len(_namespaces(proc.pid)) == 2 and len(_folders(proc.pid)) == 1
         proc.send_signal(sig)
         proc.wait(timeout=30)
         if sig == signal.SIGTERM:
             assert "Interrupted" in (proc.stderr.read() if proc.stderr else "")
-            assert _namespaces(proc.pid) == []
+            assert _namespaces(proc.pid) == [] and _folders(proc.pid) == []
         else:
             assert len(_namespaces(proc.pid)) == 2  # nothing could run on SIGKILL
+            assert len(_folders(proc.pid)) == 1
             netns.remove_stale()
-            assert _namespaces(proc.pid) == []
+            assert _namespaces(proc.pid) == [] and _folders(proc.pid) == []
+
+
+def _folders(pid: int) -> list[Path]:
+    """The pair folders (sshd keys and log) made by process `pid`."""
+    return list(Path(tempfile.gettempdir()).glob(f"{netns.TMP_PREFIX}{pid}-*"))
 
 
 @pytest.mark.distributed

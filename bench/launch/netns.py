@@ -37,6 +37,8 @@ IFACE = "bench0"
 SWEEP_SUBNET = "10.214.0"
 # Namespace names: PREFIX<pid>-<address>; the pid tells a stale pair from a live one.
 PREFIX = "benchns"
+# The pair's folder (sshd keys and log): TMP_PREFIX<pid>-<random>, likewise.
+TMP_PREFIX = "bench-netns-"
 
 
 def tbf_params(rate_bps: int) -> tuple[int, str]:
@@ -138,7 +140,7 @@ def _pid_alive(pid: int) -> bool:
 
 def remove_stale() -> list[str]:
     """Delete namespace pairs whose creating process is gone (a SIGKILLed run's), and
-    whatever still runs inside them."""
+    whatever still runs inside them, and that process's folder of keys and logs."""
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     gone = []
     for line in listed.splitlines():
@@ -147,6 +149,10 @@ def remove_stale() -> list[str]:
         if m and not _pid_alive(int(m.group(1))):
             _delete_namespace(name)
             gone.append(name)
+    for folder in Path(tempfile.gettempdir()).glob(f"{TMP_PREFIX}*"):
+        m = re.fullmatch(rf"{TMP_PREFIX}(\d+)-.*", folder.name)
+        if m and not _pid_alive(int(m.group(1))):
+            shutil.rmtree(folder, ignore_errors=True)
     return gone
 
 
@@ -199,7 +205,7 @@ def two_hosts(
     addresses = [f"{subnet}.1", f"{subnet}.2"]
     names = [f"{PREFIX}{pid}-{a}" for a in addresses]
     veth = [f"bv{pid % 1000000}a", f"bv{pid % 1000000}b"]
-    tmp = Path(tempfile.mkdtemp(prefix="bench-netns-"))
+    tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{pid}-"))
     started: list[subprocess.Popen[bytes]] = []  # sshd, once it is started
     try:
         remove_stale()
