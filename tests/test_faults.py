@@ -6,6 +6,7 @@ with no process of the cell left behind, and the sweep must go on.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 import signal
@@ -136,13 +137,25 @@ def test_a_run_that_dies_at_exit_keeps_its_record(
     assert rec["status"] == records.Status.OK and rec["injected"] == fault
 
 
-@pytest.mark.parametrize("engine", ENGINES, ids=lambda e: e.value)
-def test_hung_worker_times_out_and_is_reaped(engine: Engine, tmp_path: Path) -> None:
-    """SIGSTOP freezes rank 1: rank 0 waits in a collective until the cell's time-out."""
-    status, elapsed, error = _inject(engine, tmp_path, signal.SIGSTOP, timeout=25)
-    assert status == records.Status.TIMEOUT
-    assert 25 <= elapsed < 25 + 20
-    assert "time-out of 25s" in error
+def test_hung_worker_times_out_and_is_reaped(tmp_path: Path) -> None:
+    """SIGSTOP freezes rank 1: rank 0 waits in a collective until the cell's time-out.
+
+    The three engines' cells run at once (each in its own folder): after the fault
+    they only wait, so the test waits one time-out instead of three."""
+    # set here, before the threads: each _inject's own setting then restores this value
+    with (
+        _environ(BENCH_TEST_FAULT=FAULTS[signal.SIGSTOP]),
+        concurrent.futures.ThreadPoolExecutor(len(ENGINES)) as pool,
+    ):
+        jobs = {
+            e: pool.submit(_inject, e, tmp_path / e.value, signal.SIGSTOP, timeout=30)
+            for e in ENGINES
+        }
+        ended = {e.value: job.result() for e, job in jobs.items()}
+    for engine, (status, elapsed, error) in ended.items():
+        assert status == records.Status.TIMEOUT, (engine, error)
+        assert 30 <= elapsed < 30 + 20, (engine, elapsed)
+        assert "time-out of 30s" in error, (engine, error)
 
 
 def test_ctrl_c_stops_the_sweep_keeps_records_and_resumes(tmp_path: Path) -> None:
