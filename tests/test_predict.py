@@ -297,6 +297,28 @@ def test_more_workers_on_the_same_cores_stretch_compute_and_the_cpu_term() -> No
     assert here.step_s(fit, 4) == pytest.approx(2 * COMPUTE + max(_comm(4) - hidden, 0) + cpu4)
 
 
+def test_oversubscribed_cores_give_a_bound_whose_upper_end_lets_waits_overlap() -> None:
+    """4 one-thread workers on 2 CPUs: the point adds each worker's waits to its stretched
+    compute (the slowest sharing); the upper end lets another worker compute meanwhile."""
+    fit = _cpu_case().fit()
+    here = predict.Target(same_machine=True)
+    assert here.shared_step_s(fit, 2) is None  # as oversubscribed as the fit: a point
+    assert predict.Target().shared_step_s(fit, 4) is None  # a host per worker: free cores
+    cpu = 0.003 * 1.5  # one worker's communication CPU, grown with 2(n-1)/n
+    busy = 4 * (COMPUTE + cpu) / 2  # every worker's CPU over the 2 cores
+    path = COMPUTE + max(_comm(4) - fit.hidden_share * COMPUTE, 0.0)  # one worker alone
+    assert here.shared_step_s(fit, 4) == pytest.approx(max(busy, path))
+    p = predict.predict(fit, here, 4, [fit])
+    assert p.step_s == pytest.approx(here.step_s(fit, 4)) and p.step_s > max(busy, path)
+    assert p.bound == "lower" and p.throughput_upper is not None
+    assert p.throughput_upper == pytest.approx(4 * 32 / max(busy, path))
+    assert p.throughput_interval[1] >= p.throughput_upper
+    (reason,) = predict.to_record(p, [])["predicted"]["bound_reasons"]
+    assert "more threads than cores" in reason
+    at_two = predict.predict(fit, here, 2, [fit])
+    assert at_two.bound is None and at_two.throughput_upper is None
+
+
 # --- bytes and batch ------------------------------------------------------------------------
 
 

@@ -298,6 +298,7 @@ class Predicted(TypedDict, total=False):
     throughput: float
     throughput_interval: list[float]
     bound: str | None  # "lower": the throughput is at least this
+    bound_reasons: list[str]  # why it is a bound (empty: a point)
     throughput_upper: float | None
     compute_share: float  # compute / step
     compute_share_interval: list[float]

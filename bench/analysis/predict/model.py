@@ -298,11 +298,8 @@ class Target:
             / measured_on.oversubscription
         )
 
-    def step_s(self, fit: Fit, workers: int, *, hide_all: bool = False) -> float:
-        """Predicted step seconds; `hide_all`: the engine hides up to all of its compute."""
-        compute = self.compute_at(fit, workers)
-        if workers <= 1:
-            return compute
+    def _comm_s(self, fit: Fit, workers: int) -> tuple[float, float]:
+        """(all-reduce seconds per step, gradient bytes) on this target at `workers`."""
         grad = fit.grad_bytes if self.grad_bytes is None else self.grad_bytes
         comm = fit.link.allreduce_s(
             grad,
@@ -311,13 +308,65 @@ class Target:
             busbw_bps=self.busbw(fit, workers),
             hop_s=self.hop_latency_s,
         )
+        return comm, grad
+
+    @staticmethod
+    def _calibrated(fit: Fit) -> float:
+        """The share of the raw CPU term the fit's gap left room for (never more than seen)."""
+        raw0 = fit.cpu_raw_s(fit.machine, fit.workers)
+        return fit.cpu_s / raw0 if raw0 > 0 else 1.0
+
+    def step_s(self, fit: Fit, workers: int, *, hide_all: bool = False) -> float:
+        """Predicted step seconds; `hide_all`: the engine hides up to all of its compute.
+
+        On cores shared by more threads than where compute was measured, this is the
+        slowest the sharing can be: each worker's waits keep its share of the cores idle
+        (`shared_step_s` is the fastest)."""
+        compute = self.compute_at(fit, workers)
+        if workers <= 1:
+            return compute
+        comm, grad = self._comm_s(fit, workers)
         scale = compute / fit.compute_s if fit.compute_s > 0 else 0.0
         hidden = compute if hide_all else fit.hidden_share * compute
-        raw0 = fit.cpu_raw_s(fit.machine, fit.workers)
-        calibrated = fit.cpu_s / raw0 if raw0 > 0 else 1.0  # never more than the fit saw
         # the CPU a ring's copies and reductions take grows with the bytes
-        cpu = fit.cpu_raw_s(self.layout(fit, workers), workers) * calibrated * grad / fit.grad_bytes
+        cpu = (
+            fit.cpu_raw_s(self.layout(fit, workers), workers)
+            * self._calibrated(fit)
+            * grad
+            / fit.grad_bytes
+        )
         return compute + max(comm - hidden, 0.0) + cpu + fit.extra_s * scale
+
+    def shared_step_s(self, fit: Fit, workers: int, *, hide_all: bool = False) -> float | None:
+        """The fastest step on cores more oversubscribed than where compute was measured,
+        or None where they are not (or compute is supplied).
+
+        A work-conserving scheduler gives a waiting worker's core to another, so the step
+        is only as long as the larger of: every worker's CPU (compute on its threads plus
+        its communication's CPU) spread over the cores, and one worker's own path (compute
+        on a core of its own, then the communication it does not hide). `step_s` adds the
+        waits to the stretched compute instead; the truth lies between the two.
+        """
+        layout = self.layout(fit, workers)
+        measured_on = fit.compute_machine or fit.machine
+        if (
+            workers <= 1
+            or self.compute_s is not None
+            or fit.compute_s <= 0
+            or layout.oversubscription <= measured_on.oversubscription
+        ):
+            return None
+        alone = fit.compute_s / measured_on.oversubscription  # a core per thread
+        comm, grad = self._comm_s(fit, workers)
+        cpu = (  # one worker's communication CPU per step at `workers`
+            max(fit.comm_cpu_s, 0.0) * self._calibrated(fit) * grad / fit.grad_bytes
+            * ring_factor(workers) / ring_factor(fit.workers)
+            if fit.workers > 1 else 0.0
+        )  # fmt: skip
+        busy = layout.workers * (layout.threads * alone + cpu) / layout.cpus
+        hidden = alone if hide_all else fit.hidden_share * alone
+        path = alone + max(comm - hidden, 0.0) + fit.extra_s * alone / fit.compute_s
+        return max(busy, path)
 
     def per_worker_batch(self, fit: Fit, workers: int) -> int:
         """The batch each worker trains: fixed under weak scaling; refused under strong."""

@@ -39,8 +39,8 @@ class Prediction:
     compute_share: float  # compute / step: not compare's scaling efficiency
     throughput_interval: tuple[float, float]
     compute_share_interval: tuple[float, float]
-    # "lower": the fit saw all of its communication hidden, so the engine may hide more
-    # than it showed: the throughput is at least this, and at most throughput_upper
+    # "lower": the model can only bound the step (`bound_reasons`): the throughput is
+    # at least this, and at most throughput_upper
     bound: str | None = None
     throughput_upper: float | None = None
     held_fixed: tuple[str, ...] = ()  # inputs with one unit, outside the interval
@@ -53,6 +53,31 @@ def _figures(
     return step, workers * batch / step, target.compute_at(fit, workers) / step
 
 
+def _upper(
+    fit: Fit, target: Target, workers: int, batch: int, hide_all: bool
+) -> tuple[float, float, float]:
+    """The fastest figures the model allows: the engine hiding all it can (`hide_all`),
+    and on oversubscribed cores the work-conserving sharing (`Target.shared_step_s`)."""
+    step = target.step_s(fit, workers, hide_all=hide_all)
+    shared = target.shared_step_s(fit, workers, hide_all=hide_all)
+    step = step if shared is None else min(step, shared)
+    return step, workers * batch / step, target.compute_at(fit, workers) / step
+
+
+def bound_reasons(fit: Fit, target: Target, workers: int) -> list[str]:
+    """Why a prediction is a lower bound on throughput (empty: it is a point)."""
+    reasons = []
+    if fit.censored:
+        reasons.append("all communication hidden at the fit: the engine may hide more")
+    if target.shared_step_s(fit, workers) is not None:
+        reasons.append(
+            "more threads than cores, and more than where compute was measured: the point "
+            "adds each worker's waits to its stretched compute; the upper end lets other "
+            "workers compute during them"
+        )
+    return reasons
+
+
 def predict(
     fit: Fit,
     target: Target,
@@ -62,19 +87,21 @@ def predict(
 ) -> Prediction:
     """The point prediction from `fit`, with the interval spanned by the `draws`.
 
-    When the fit saw all its communication hidden (`fit.censored`), the point is a lower
-    bound on throughput and compute share; the engine hiding up to all of its compute
-    gives the upper end, which the interval always reaches.
+    Where the model can only bound the step (`bound_reasons`: the fit saw all its
+    communication hidden, or the target's cores are oversubscribed beyond the fit's),
+    the point is a lower bound on throughput and compute share; the fastest case the
+    model allows gives the upper end, which the interval always reaches.
     """
     batch = target.per_worker_batch(fit, workers)
     step, tput, share = _figures(fit, target, workers, batch)
-    upper = _figures(fit, target, workers, batch, hide_all=True) if fit.censored else None
+    bounded = bool(bound_reasons(fit, target, workers))
+    upper = _upper(fit, target, workers, batch, fit.censored) if bounded else None
     lo, hi = np.array([tput, share]), np.array([tput, share])
     if draws:
         lo, hi = _percentiles([_figures(f, target, workers, batch)[1:] for f in draws], lo, hi)
-        if fit.censored:  # the bound's own spread below, the hide-everything case above
-            hide_all = [_figures(f, target, workers, batch, hide_all=True)[1:] for f in draws]
-            hi = np.maximum(hi, _percentiles(hide_all, lo, hi)[1])
+        if bounded:  # the bound's own spread below, the fastest case above
+            fastest = [_upper(f, target, workers, batch, fit.censored)[1:] for f in draws]
+            hi = np.maximum(hi, _percentiles(fastest, lo, hi)[1])
     if upper is not None:
         hi = np.maximum(hi, upper[1:])
     # an unidentified latency split is drawn over its whole range while the point takes
@@ -83,7 +110,7 @@ def predict(
     return Prediction(
         fit, target, workers, batch, step, tput, share,
         (float(lo[0]), float(hi[0])), (float(lo[1]), float(hi[1])),
-        "lower" if fit.censored else None, None if upper is None else upper[1], tuple(held_fixed),
+        "lower" if bounded else None, None if upper is None else upper[1], tuple(held_fixed),
     )  # fmt: skip
 
 
@@ -175,6 +202,7 @@ def to_record(p: Prediction, argv: Sequence[str]) -> RunRecord:
         "throughput": p.throughput,
         "throughput_interval": list(p.throughput_interval),
         "bound": p.bound,
+        "bound_reasons": bound_reasons(f, t, p.workers),
         "throughput_upper": p.throughput_upper,
         "compute_share": p.compute_share,
         "compute_share_interval": list(p.compute_share_interval),
@@ -273,8 +301,8 @@ CAPTION = (
     "cores, fitted to runs and bench collectives on their link, or from stated inputs "
     "(what-if). compute share = compute / step, not compare's throughput(n) / (n x "
     "throughput(1)); "
-    "[95% interval over runs and collective records]; '>=': a lower bound, the fit saw "
-    "all communication hidden"
+    "[95% interval over runs and collective records]; '>=': a lower bound (the fit saw "
+    "all communication hidden, or more workers share the cores than at the fit)"
 )
 
 
