@@ -53,21 +53,28 @@ def _wait_for(cond: Callable[[], bool], seconds: float, what: str) -> None:
         time.sleep(0.2)
 
 
+# Hung-worker cells start this far apart (see test_hung_worker_times_out_and_is_reaped).
+STAGGER_S = 8.0
+
 # The fault each signal stands for, injected by rank 1 itself at its step 3 (runners/
 # protocol/faults.py): inside the training loop for certain, however fast the machine.
 FAULTS = {signal.SIGKILL: "kill:rank=1,step=3", signal.SIGSTOP: "stall:rank=1,step=3"}
 
 
 def _inject(
-    engine: Engine, tmp_path: Path, sig: signal.Signals, timeout: float
+    engine: Engine, tmp_path: Path, sig: signal.Signals, timeout: float, set_fault: bool = True
 ) -> tuple[str, float, str]:
+    """Run one 2-worker cell whose rank 1 injects `sig`'s fault: (status, seconds, error).
+
+    `set_fault=False`: BENCH_TEST_FAULT is already set by the caller (threads share the
+    environment, so concurrent calls must not each set and restore it)."""
     marker = uuid.uuid4().hex
     cfg = SweepConfig(engines=(engine,), workers=(2,), models=("mlp",), repeats=1, comm_cost=False)
     cell = plan(cfg, LONG)[0]
     # the marker rides in the log dir path, which is on every worker's command line
     run_dir = tmp_path / f"runs-{marker}"
     start = time.monotonic()
-    with _environ(BENCH_TEST_FAULT=FAULTS[sig]):
+    with _environ(BENCH_TEST_FAULT=FAULTS[sig]) if set_fault else contextlib.nullcontext():
         res = run_cell(cell, 1, tmp_path / "res", run_dir, timeout, "env", "sweep")
     elapsed = time.monotonic() - start
     logs = "".join(f.read_text(errors="replace") for f in run_dir.rglob("*") if f.is_file())
@@ -140,22 +147,26 @@ def test_a_run_that_dies_at_exit_keeps_its_record(
 def test_hung_worker_times_out_and_is_reaped(tmp_path: Path) -> None:
     """SIGSTOP freezes rank 1: rank 0 waits in a collective until the cell's time-out.
 
-    The three engines' cells run at once (each in its own folder): after the fault
-    they only wait, so the test waits one time-out instead of three."""
-    # set here, before the threads: each _inject's own setting then restores this value
+    The three engines' cells overlap (each in its own folder): after the fault they
+    only wait, so the test waits about one time-out instead of three. Their starts are
+    STAGGER_S apart, so that no cell's start-up (which the time-out counts) competes
+    with another's for the cores. The time-out stays under the runner's collective
+    time-out (30 s at least), so it is the cell's that ends the hang."""
+
+    def staggered(i: int, engine: Engine) -> tuple[str, float, str]:
+        time.sleep(i * STAGGER_S)
+        return _inject(engine, tmp_path / engine.value, signal.SIGSTOP, 28, set_fault=False)
+
     with (
-        _environ(BENCH_TEST_FAULT=FAULTS[signal.SIGSTOP]),
+        _environ(BENCH_TEST_FAULT=FAULTS[signal.SIGSTOP]),  # once, for every thread
         concurrent.futures.ThreadPoolExecutor(len(ENGINES)) as pool,
     ):
-        jobs = {
-            e: pool.submit(_inject, e, tmp_path / e.value, signal.SIGSTOP, timeout=30)
-            for e in ENGINES
-        }
+        jobs = {e: pool.submit(staggered, i, e) for i, e in enumerate(ENGINES)}
         ended = {e.value: job.result() for e, job in jobs.items()}
     for engine, (status, elapsed, error) in ended.items():
         assert status == records.Status.TIMEOUT, (engine, error)
-        assert 30 <= elapsed < 30 + 20, (engine, elapsed)
-        assert "time-out of 30s" in error, (engine, error)
+        assert 28 <= elapsed < 28 + 20, (engine, elapsed)
+        assert "time-out of 28s" in error, (engine, error)
 
 
 def test_ctrl_c_stops_the_sweep_keeps_records_and_resumes(tmp_path: Path) -> None:

@@ -312,11 +312,30 @@ def test_oversubscribed_cores_give_a_bound_whose_upper_end_lets_waits_overlap() 
     assert p.step_s == pytest.approx(here.step_s(fit, 4)) and p.step_s > max(busy, path)
     assert p.bound == "lower" and p.throughput_upper is not None
     assert p.throughput_upper == pytest.approx(4 * 32 / max(busy, path))
-    assert p.throughput_interval[1] >= p.throughput_upper
     (reason,) = predict.to_record(p, [])["predicted"]["bound_reasons"]
     assert "more threads than cores" in reason
     at_two = predict.predict(fit, here, 2, [fit])
     assert at_two.bound is None and at_two.throughput_upper is None
+    # on a link 50x slower one worker's own wait is longer than all the CPU: path decides
+    slow = predict.Target(same_machine=True, link_rate_bps=RATE0 // 50)
+    path = COMPUTE + max(_comm(4, BUSBW / 50) - fit.hidden_share * COMPUTE, 0.0)
+    assert path > busy and slow.shared_step_s(fit, 4) == pytest.approx(path)
+
+
+def test_a_censored_fit_on_oversubscribed_cores_takes_the_fastest_of_both_upper_ends() -> None:
+    # all communication hidden at the fit (its synced step no longer than the twin's), on
+    # 2 one-thread workers on 2 CPUs: at 4 workers the upper end hides all of compute1
+    (sample,) = predict.samples([_train(2, COMPUTE), _train(2, COMPUTE, sync=False), _collective()])
+    fit = sample.fit()
+    assert fit.censored and fit.comm_cpu_s == 0 and fit.extra_s == 0
+    here = predict.Target(same_machine=True)
+    path = COMPUTE + max(_comm(4) - COMPUTE, 0.0)  # hides up to all of compute1
+    busy = 4 * COMPUTE / 2
+    fastest = min(here.step_s(fit, 4, hide_all=True), max(busy, path))
+    p = predict.predict(fit, here, 4, [fit])
+    assert p.throughput_upper == pytest.approx(4 * 32 / fastest)
+    reasons = predict.bound_reasons(fit, here, 4)
+    assert len(reasons) == 2 and "all communication hidden" in reasons[0]
 
 
 # --- bytes and batch ------------------------------------------------------------------------

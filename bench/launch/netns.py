@@ -149,6 +149,7 @@ def remove_stale() -> list[str]:
         if m and not _pid_alive(int(m.group(1))):
             _delete_namespace(name)
             gone.append(name)
+    # a reused pid keeps a dead run's folder (a leak, never a live run's loss)
     for folder in Path(tempfile.gettempdir()).glob(f"{TMP_PREFIX}*"):
         m = re.fullmatch(rf"{TMP_PREFIX}(\d+)-.*", folder.name)
         if m and not _pid_alive(int(m.group(1))):

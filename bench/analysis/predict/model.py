@@ -15,7 +15,10 @@ Every term is taken where the measurements can identify it (docs/prediction.md):
 - what the twin hid is comm(n0) - exposed, kept as a share of compute. When the fit
   saw all its communication hidden it cannot see how much more the engine could hide:
   the prediction is then a lower bound on throughput (`Fit.censored`), with the
-  engine hiding up to all of its compute as the upper bound.
+  engine hiding up to all of its compute as the upper bound;
+- on cores more oversubscribed than the fit's, the model adds each worker's waits to
+  its stretched compute (no overlap); a work-conserving scheduler lets other workers
+  compute during them, which gives the upper end (`Target.shared_step_s`).
 """
 
 from __future__ import annotations
@@ -197,12 +200,24 @@ class Fit:
         """The model's all-reduce time per step where it was measured."""
         return self.link.allreduce_s(self.grad_bytes, self.messages, self.workers)
 
-    def cpu_raw_s(self, layout: Layout, workers: int) -> float:
-        """CPU that communication takes from compute per step: 0 on free cores."""
-        if not layout.shared or self.workers <= 1:
+    def comm_cpu_per_worker_s(self, workers: int) -> float:
+        """One worker's communication CPU per step at `workers`, grown with 2(n-1)/n."""
+        if self.workers <= 1:
             return 0.0
         per_worker = self.comm_cpu_s * ring_factor(workers) / ring_factor(self.workers)
-        return max(per_worker, 0.0) * layout.workers / layout.cpus
+        return max(per_worker, 0.0)
+
+    def cpu_raw_s(self, layout: Layout, workers: int) -> float:
+        """CPU that communication takes from compute per step: 0 on free cores."""
+        if not layout.shared:
+            return 0.0
+        return self.comm_cpu_per_worker_s(workers) * layout.workers / layout.cpus
+
+    @property
+    def cpu_calibration(self) -> float:
+        """The share of the raw CPU term the fit's gap left room for (never more than seen)."""
+        raw0 = self.cpu_raw_s(self.machine, self.workers)
+        return self.cpu_s / raw0 if raw0 > 0 else 1.0
 
     @property
     def gap_s(self) -> float:
@@ -310,18 +325,12 @@ class Target:
         )
         return comm, grad
 
-    @staticmethod
-    def _calibrated(fit: Fit) -> float:
-        """The share of the raw CPU term the fit's gap left room for (never more than seen)."""
-        raw0 = fit.cpu_raw_s(fit.machine, fit.workers)
-        return fit.cpu_s / raw0 if raw0 > 0 else 1.0
-
     def step_s(self, fit: Fit, workers: int, *, hide_all: bool = False) -> float:
         """Predicted step seconds; `hide_all`: the engine hides up to all of its compute.
 
-        On cores shared by more threads than where compute was measured, this is the
-        slowest the sharing can be: each worker's waits keep its share of the cores idle
-        (`shared_step_s` is the fastest)."""
+        On cores shared by more threads than where compute was measured, each worker's
+        waits add to its stretched compute: no overlap with other workers' compute
+        (`shared_step_s` is the full overlap)."""
         compute = self.compute_at(fit, workers)
         if workers <= 1:
             return compute
@@ -331,7 +340,7 @@ class Target:
         # the CPU a ring's copies and reductions take grows with the bytes
         cpu = (
             fit.cpu_raw_s(self.layout(fit, workers), workers)
-            * self._calibrated(fit)
+            * fit.cpu_calibration
             * grad
             / fit.grad_bytes
         )
@@ -345,7 +354,8 @@ class Target:
         is only as long as the larger of: every worker's CPU (compute on its threads plus
         its communication's CPU) spread over the cores, and one worker's own path (compute
         on a core of its own, then the communication it does not hide). `step_s` adds the
-        waits to the stretched compute instead; the truth lies between the two.
+        waits to the stretched compute instead. An engine whose waiting itself takes CPU
+        (a polling thread) can be slower than either.
         """
         layout = self.layout(fit, workers)
         measured_on = fit.compute_machine or fit.machine
@@ -358,11 +368,8 @@ class Target:
             return None
         alone = fit.compute_s / measured_on.oversubscription  # a core per thread
         comm, grad = self._comm_s(fit, workers)
-        cpu = (  # one worker's communication CPU per step at `workers`
-            max(fit.comm_cpu_s, 0.0) * self._calibrated(fit) * grad / fit.grad_bytes
-            * ring_factor(workers) / ring_factor(fit.workers)
-            if fit.workers > 1 else 0.0
-        )  # fmt: skip
+        # one worker's communication CPU per step, as step_s counts it
+        cpu = fit.comm_cpu_per_worker_s(workers) * fit.cpu_calibration * grad / fit.grad_bytes
         busy = layout.workers * (layout.threads * alone + cpu) / layout.cpus
         hidden = alone if hide_all else fit.hidden_share * alone
         path = alone + max(comm - hidden, 0.0) + fit.extra_s * alone / fit.compute_s
