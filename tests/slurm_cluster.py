@@ -22,6 +22,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
+
 # What the cluster needs: (program, where it is, the Debian package that has it).
 PROGRAMS = (
     ("munged", "/usr/sbin/munged", "munge"),
@@ -97,7 +99,18 @@ class SlurmCluster:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
+        self._kill_stepds()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _kill_stepds(self) -> None:
+        """A step whose srun died as it launched can leave its slurmstepd waiting for that
+        srun for ever, outliving slurmd (seen once in a full run): end this cluster's."""
+        conf = str(self.folder / "slurm.conf")
+        for proc in psutil.process_iter(["name"]):
+            if proc.info["name"] == "slurmstepd":
+                with contextlib.suppress(psutil.Error):
+                    if proc.environ().get("SLURM_CONF") == conf:
+                        proc.kill()
 
 
 def _conf(folder: Path, node: str, cpus: int) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -473,3 +474,23 @@ def test_a_step_whose_srun_died_before_launch_is_named(
         assert f"step {cancelled.stuck[0]} of job {job}" in note and f"scancel {job}" in note
     finally:
         subprocess.run(["scancel", job], env=env, capture_output=True)
+
+
+def test_the_test_cluster_ends_its_own_leftover_stepds(tmp_path: Path) -> None:
+    """The cluster's stop() kills a slurmstepd left by one of its steps (one outlived a
+    full run once), and no other cluster's."""
+    stepd = tmp_path / "slurmstepd"  # a stand-in with the daemon's process name
+    shutil.copy("/bin/sleep", stepd)
+    cluster = slurm_cluster.SlurmCluster(tmp_path, "vm", 2, [])
+    ours, other = (
+        subprocess.Popen([str(stepd), "300"], env={**os.environ, "SLURM_CONF": conf})
+        for conf in (str(tmp_path / "slurm.conf"), "/elsewhere/slurm.conf")
+    )
+    try:
+        cluster._kill_stepds()
+        assert ours.wait(timeout=10) == -signal.SIGKILL
+        assert other.poll() is None, "another cluster's stepd was killed"
+    finally:
+        for proc in (ours, other):
+            proc.kill()
+            proc.wait()
