@@ -122,3 +122,11 @@ def _status(p: psutil.Process) -> str | None:
         return str(p.status())
     except psutil.Error:
         return None
+
+
+def test_a_runner_told_of_an_orchestrator_that_is_not_there_says_so(tmp_path: Path) -> None:
+    from runners.protocol.turns import Turns
+
+    with pytest.raises(RuntimeError, match=r"BENCH_TURNS=.*no turn-taking orchestrator there"):
+        Turns(str(tmp_path / "missing.sock")).wait()
+    Turns(None).wait()  # unset: the normal run, no wait at all

@@ -44,6 +44,7 @@ class Prediction:
     bound: str | None = None
     throughput_upper: float | None = None
     held_fixed: tuple[str, ...] = ()  # inputs with one unit, outside the interval
+    bound_reasons: tuple[str, ...] = ()  # why `bound` is set (`bound_reasons`)
 
 
 def _figures(
@@ -94,7 +95,8 @@ def predict(
     """
     batch = target.per_worker_batch(fit, workers)
     step, tput, share = _figures(fit, target, workers, batch)
-    bounded = bool(bound_reasons(fit, target, workers))
+    reasons = tuple(bound_reasons(fit, target, workers))
+    bounded = bool(reasons)
     upper = _upper(fit, target, workers, batch, fit.censored) if bounded else None
     lo, hi = np.array([tput, share]), np.array([tput, share])
     if draws:
@@ -111,6 +113,7 @@ def predict(
         fit, target, workers, batch, step, tput, share,
         (float(lo[0]), float(hi[0])), (float(lo[1]), float(hi[1])),
         "lower" if bounded else None, None if upper is None else upper[1], tuple(held_fixed),
+        reasons,
     )  # fmt: skip
 
 
@@ -202,7 +205,7 @@ def to_record(p: Prediction, argv: Sequence[str]) -> RunRecord:
         "throughput": p.throughput,
         "throughput_interval": list(p.throughput_interval),
         "bound": p.bound,
-        "bound_reasons": bound_reasons(f, t, p.workers),
+        "bound_reasons": list(p.bound_reasons),
         "throughput_upper": p.throughput_upper,
         "compute_share": p.compute_share,
         "compute_share_interval": list(p.compute_share_interval),
