@@ -8,6 +8,7 @@ communication reported as the bound it is, and the bytes and batch the model use
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import uuid
 from typing import Any, cast
@@ -21,6 +22,7 @@ from bench.analysis import frame as runs
 from bench.analysis import html, predict, render
 from bench.cli.common import EXIT_BAD_INPUT
 from bench.contract import data
+from bench.engines import registry
 from bench.measure import stats
 from bench.records import schema
 from bench.records.types import LoadedRecord
@@ -297,9 +299,10 @@ def test_more_workers_on_the_same_cores_stretch_compute_and_the_cpu_term() -> No
     assert here.step_s(fit, 4) == pytest.approx(2 * COMPUTE + max(_comm(4) - hidden, 0) + cpu4)
 
 
-def test_oversubscribed_cores_give_a_bound_whose_upper_end_lets_waits_overlap() -> None:
-    """4 one-thread workers on 2 CPUs: the point adds each worker's waits to its stretched
-    compute (the slowest sharing); the upper end lets another worker compute meanwhile."""
+def test_oversubscribed_cores_put_the_point_between_no_overlap_and_full_overlap() -> None:
+    """4 one-thread workers on 2 CPUs: the lower end adds each worker's waits to its
+    stretched compute (the slowest sharing), the upper end lets another worker compute
+    meanwhile; the point is their geometric mean."""
     fit = _cpu_case().fit()
     here = predict.Target(same_machine=True)
     assert here.shared_step_s(fit, 2) is None  # as oversubscribed as the fit: a point
@@ -308,12 +311,24 @@ def test_oversubscribed_cores_give_a_bound_whose_upper_end_lets_waits_overlap() 
     busy = 4 * (COMPUTE + cpu) / 2  # every worker's CPU over the 2 cores
     path = COMPUTE + max(_comm(4) - fit.hidden_share * COMPUTE, 0.0)  # one worker alone
     assert here.shared_step_s(fit, 4) == pytest.approx(max(busy, path))
+    slowest = here.step_s(fit, 4)
+    assert slowest > max(busy, path)
     p = predict.predict(fit, here, 4, [fit])
-    assert p.step_s == pytest.approx(here.step_s(fit, 4)) and p.step_s > max(busy, path)
-    assert p.bound == "lower" and p.throughput_upper is not None
+    assert p.bound == "between" and p.step_s == pytest.approx((slowest * max(busy, path)) ** 0.5)
     assert p.throughput_upper == pytest.approx(4 * 32 / max(busy, path))
-    (reason,) = predict.to_record(p, [])["predicted"]["bound_reasons"]
+    assert p.throughput_lower == pytest.approx(4 * 32 / slowest)
+    lo, hi = p.throughput_interval
+    assert p.throughput_lower is not None and p.throughput_upper is not None
+    assert lo <= p.throughput_lower < p.throughput < p.throughput_upper <= hi
+    rec = predict.to_record(p, [])
+    (reason,) = rec["predicted"]["bound_reasons"]
     assert "more threads than cores" in reason
+    assert predict.table([rec]).iloc[0]["samples/s"].startswith("~ ")
+    # an engine whose waits poll keeps its cores while waiting: the no-overlap end
+    assert fit.engine == "ddp" and not registry.get("ddp").waits_spin
+    polls = predict.predict(dataclasses.replace(fit, engine="horovod"), here, 4, [fit])
+    assert polls.bound == "between" and polls.step_s == pytest.approx(slowest)
+    assert "poll" in polls.bound_reasons[0] and "geometric" in reason
     at_two = predict.predict(fit, here, 2, [fit])
     assert at_two.bound is None and at_two.throughput_upper is None
     # on a link 50x slower one worker's own wait is longer than all the CPU: path decides
@@ -336,6 +351,12 @@ def test_a_censored_fit_on_oversubscribed_cores_takes_the_fastest_of_both_upper_
     assert p.throughput_upper == pytest.approx(4 * 32 / fastest)
     reasons = predict.bound_reasons(fit, here, 4)
     assert len(reasons) == 2 and "all communication hidden" in reasons[0]
+    # between the sharings at the overlap the fit saw; hiding more only raises the top
+    seen = max(busy, COMPUTE + max(_comm(4) - fit.hidden_share * COMPUTE, 0.0))
+    assert p.bound == "between" and p.throughput_lower == pytest.approx(
+        4 * 32 / here.step_s(fit, 4)
+    )
+    assert p.step_s == pytest.approx((here.step_s(fit, 4) * min(seen, here.step_s(fit, 4))) ** 0.5)
 
 
 # --- bytes and batch ------------------------------------------------------------------------
@@ -448,7 +469,13 @@ def test_check_compares_predictions_with_runs_on_other_links_and_worker_counts()
     four = [_train(4, sync4), _train(4, 2 * COMPUTE, sync=False), _collective(world=4)]
     df, _ = predict.check([*_measured(), *four], RATE0, draws=50)
     row = df[df["workers"] == 4].iloc[0]
-    assert row["link"] == "1gbit" and abs(row["error"]) < 0.01
+    # that is the no-overlap end on cores oversubscribed beyond the fit's; the point is
+    # the geometric mean with the full-overlap end
+    (fit,) = [s.fit() for s in predict.samples([*_measured(), *four]) if s.workers == 2]
+    shared = predict.Target(same_machine=True).shared_step_s(fit, 4)
+    assert shared is not None and shared < sync4
+    assert row["link"] == "1gbit"
+    assert row["error"] == pytest.approx((sync4 / shared) ** 0.5 - 1, rel=0.01)
 
 
 def test_the_check_reports_how_often_the_interval_holds_the_measured_value() -> None:

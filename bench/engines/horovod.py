@@ -244,6 +244,9 @@ ENTRY = EngineEntry(
     slurm_recipe=slurm_recipe,
     slurm_options=slurm_options,
     needs_ssh=True,
+    # hvd.synchronize (WaitAndClear in horovod/torch/mpi_ops_v2.cc) polls the handle and
+    # yields in a loop until the background thread has reduced the tensor
+    waits_spin=True,
     trace_option=lambda log_dir: f"timeline={log_dir / 'timeline.json'}",
     comm_knobs="a larger --bucket-mb (Horovod's fusion threshold), the engine option "
     "horovod:cycle_time_ms, or --grad-compression fp16",

@@ -153,6 +153,9 @@ class EngineEntry:
     slurm_options: Callable[[tuple[str, ...], str | None], tuple[str, ...]] = _no_options
     # its launcher starts the other hosts' workers by ssh (emulated links start an sshd)
     needs_ssh: bool = False
+    # its training step waits for a collective by polling, not by blocking: on cores
+    # shared by more threads the wait keeps taking CPU (bench predict's sharing point)
+    waits_spin: bool = False
     # the option that makes it write its own trace into a cell's log folder
     # (`bench run --hvd-timeline`), or None where it has none
     trace_option: Callable[[Path], str] | None = None
@@ -199,6 +202,13 @@ def get(engine: Engine | str) -> EngineEntry:
         return _REGISTRY[str(engine)]
     except KeyError:
         raise ValueError(f"{str(engine)!r} is not a valid Engine; engines are: {names()}") from None
+
+
+def waits_spin(engine: str) -> bool:
+    """Whether `engine`'s waits take CPU (`EngineEntry.waits_spin`); False when unknown,
+    as for records of an engine no longer registered."""
+    entry = _REGISTRY.get(engine)
+    return entry is not None and entry.waits_spin
 
 
 def names() -> str:

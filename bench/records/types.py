@@ -297,9 +297,13 @@ class Predicted(TypedDict, total=False):
     link_rate_bps: Positive | None
     throughput: float
     throughput_interval: list[float]
-    bound: str | None  # "lower": the throughput is at least this
-    bound_reasons: list[str]  # why it is a bound (empty: a point)
+    # "lower": the throughput is at least this; "between": it lies between
+    # throughput_lower (no overlap) and throughput_upper (full overlap), the point
+    # chosen as bench predict's docs say
+    bound: str | None
+    bound_reasons: list[str]  # why it is bounded (empty: a point)
     throughput_upper: float | None
+    throughput_lower: float | None
     compute_share: float  # compute / step
     compute_share_interval: list[float]
     efficiency: float  # what records before compute_share called compute / step

@@ -16,6 +16,7 @@ from bench.analysis.predict.inputs import Measured, Sample, measured, samples, s
 from bench.analysis.predict.model import Fit, LatencySplit, Layout, LinkCost, Target
 from bench.core.errors import PredictError
 from bench.core.units import format_rate
+from bench.engines import registry
 from bench.measure.stats import t_quantile
 from bench.records import Kind, LoadedRecord, RunRecord
 
@@ -39,12 +40,15 @@ class Prediction:
     compute_share: float  # compute / step: not compare's scaling efficiency
     throughput_interval: tuple[float, float]
     compute_share_interval: tuple[float, float]
-    # "lower": the model can only bound the step (`bound_reasons`): the throughput is
-    # at least this, and at most throughput_upper
+    # "lower": the fit cannot see past a bound (`bound_reasons`): the throughput is at
+    # least this, and at most throughput_upper. "between": oversubscribed cores, where
+    # no input places the step between no overlap (throughput_lower) and full overlap
+    # (throughput_upper): the point lies between them (`predict`).
     bound: str | None = None
     throughput_upper: float | None = None
     held_fixed: tuple[str, ...] = ()  # inputs with one unit, outside the interval
     bound_reasons: tuple[str, ...] = ()  # why `bound` is set (`bound_reasons`)
+    throughput_lower: float | None = None
 
 
 def _figures(
@@ -66,17 +70,29 @@ def _upper(
 
 
 def bound_reasons(fit: Fit, target: Target, workers: int) -> list[str]:
-    """Why a prediction is a lower bound on throughput (empty: it is a point)."""
+    """Why a prediction is bounded rather than a point (empty: it is a point)."""
     reasons = []
     if fit.censored:
         reasons.append("all communication hidden at the fit: the engine may hide more")
     if target.shared_step_s(fit, workers) is not None:
+        point = (
+            "the point is the lower end: this engine's waits poll, keeping their share of the cores"
+            if registry.waits_spin(fit.engine)
+            else "the point is their geometric mean"
+        )
         reasons.append(
-            "more threads than cores, and more than where compute was measured: the point "
-            "adds each worker's waits to its stretched compute; the upper end lets other "
-            "workers compute during them"
+            "more threads than cores, and more than where compute was measured: the lower "
+            "end adds each worker's waits to its stretched compute, the upper end lets "
+            f"other workers compute during them; {point}"
         )
     return reasons
+
+
+def _bound(fit: Fit, target: Target, workers: int) -> str | None:
+    """`Prediction.bound`: "between" on oversubscribed cores, else "lower" if censored."""
+    if target.shared_step_s(fit, workers) is not None:
+        return "between"
+    return "lower" if fit.censored else None
 
 
 def predict(
@@ -88,32 +104,40 @@ def predict(
 ) -> Prediction:
     """The point prediction from `fit`, with the interval spanned by the `draws`.
 
-    Where the model can only bound the step (`bound_reasons`: the fit saw all its
-    communication hidden, or the target's cores are oversubscribed beyond the fit's),
-    the point is a lower bound on throughput and compute share; the fastest case the
-    model allows gives the upper end, which the interval always reaches.
+    Where the model can only bound the step (`bound_reasons`), the fastest case it
+    allows gives the upper end, which the interval always reaches. A fit that saw all
+    its communication hidden cannot see how much more would be: the point is the
+    lower bound ("lower"). On cores oversubscribed beyond the fit's the step lies
+    between no overlap and full overlap of the workers' waits with each other's
+    compute, and no input places it ("between"): the point is the geometric mean of
+    the two (at the overlap the fit saw), whose ratio error is at most the square root
+    of theirs whichever end the machine reaches; for an engine whose waits poll
+    (`EngineEntry.waits_spin`) the waits keep their cores, and the point is the no-overlap end.
     """
     batch = target.per_worker_batch(fit, workers)
     step, tput, share = _figures(fit, target, workers, batch)
-    reasons = tuple(bound_reasons(fit, target, workers))
-    bounded = bool(reasons)
-    upper = _upper(fit, target, workers, batch, fit.censored) if bounded else None
+    bound = _bound(fit, target, workers)
+    upper = _upper(fit, target, workers, batch, fit.censored) if bound else None
     lo, hi = np.array([tput, share]), np.array([tput, share])
     if draws:
         lo, hi = _percentiles([_figures(f, target, workers, batch)[1:] for f in draws], lo, hi)
-        if bounded:  # the bound's own spread below, the fastest case above
+        if bound:  # the bound's own spread below, the fastest case above
             fastest = [_upper(f, target, workers, batch, fit.censored)[1:] for f in draws]
             hi = np.maximum(hi, _percentiles(fastest, lo, hi)[1])
     if upper is not None:
         hi = np.maximum(hi, upper[1:])
+    lower = tput if bound == "between" else None
+    if bound == "between" and not registry.waits_spin(fit.engine):
+        step = float(np.sqrt(step * _upper(fit, target, workers, batch, False)[0]))
+        tput, share = workers * batch / step, target.compute_at(fit, workers) / step
     # an unidentified latency split is drawn over its whole range while the point takes
     # the textbook ring (all per hop), which can sit at the range's edge: keep it inside
     lo, hi = np.minimum(lo, [tput, share]), np.maximum(hi, [tput, share])
     return Prediction(
         fit, target, workers, batch, step, tput, share,
         (float(lo[0]), float(hi[0])), (float(lo[1]), float(hi[1])),
-        "lower" if bounded else None, None if upper is None else upper[1], tuple(held_fixed),
-        reasons,
+        bound, None if upper is None else upper[1], tuple(held_fixed),
+        tuple(bound_reasons(fit, target, workers)), lower,
     )  # fmt: skip
 
 
@@ -207,6 +231,7 @@ def to_record(p: Prediction, argv: Sequence[str]) -> RunRecord:
         "bound": p.bound,
         "bound_reasons": list(p.bound_reasons),
         "throughput_upper": p.throughput_upper,
+        "throughput_lower": p.throughput_lower,
         "compute_share": p.compute_share,
         "compute_share_interval": list(p.compute_share_interval),
         "step_time_s": p.step_s,
@@ -268,6 +293,7 @@ def _row(r: RunRecord) -> dict[str, Any]:
     share = p.get("compute_share", p.get("efficiency", np.nan))
     share_iv = p.get("compute_share_interval") or p.get("efficiency_interval")
     tput = _with_interval(p.get("throughput", np.nan), p.get("throughput_interval"), ",.0f")
+    mark = _MARKS.get(str(p.get("bound")), "")
     return {
         "engine": p.get("variant") or r.get("engine"),
         "model": str((r.get("spec") or {}).get("model"))
@@ -275,14 +301,17 @@ def _row(r: RunRecord) -> dict[str, Any]:
         "link": _rate_text(p.get("link_rate_bps")),
         "workers": p.get("workers"),
         "global batch": p.get("global_batch", ""),
-        "samples/s": (">= " if p.get("bound") == "lower" else "") + tput,
-        "compute share": (">= " if p.get("bound") == "lower" else "")
-        + _with_interval(share, share_iv, ".0%"),
+        "samples/s": mark + tput,
+        "compute share": mark + _with_interval(share, share_iv, ".0%"),
         "fitted at": "stated inputs (what-if)"
         if inputs.get("what_if")
         else f"{inputs.get('fit_workers')} workers, " + _rate_text(inputs.get("fit_link_rate_bps")),
         "hidden share of compute": f"{inputs.get('hidden_share_of_compute', np.nan):.0%}",
     }
+
+
+# how a bounded prediction's point is marked in the table (`Prediction.bound`)
+_MARKS = {"lower": ">= ", "between": "~ "}
 
 
 def table(recs: Iterable[RunRecord]) -> Any:
@@ -305,7 +334,9 @@ CAPTION = (
     "(what-if). compute share = compute / step, not compare's throughput(n) / (n x "
     "throughput(1)); "
     "[95% interval over runs and collective records]; '>=': a lower bound (the fit saw "
-    "all communication hidden, or more workers share the cores than at the fit)"
+    "all communication hidden); '~': more workers share the cores than at the fit, the "
+    "step between no overlap and full overlap of their waits (the point: the geometric "
+    "mean, or no overlap for an engine whose waits poll; the interval reaches both)"
 )
 
 
