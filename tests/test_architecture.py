@@ -90,6 +90,31 @@ def test_no_function_is_longer_than_a_screen() -> None:
     assert long == [], "\n".join(long)
 
 
+def _binds_a_std_stream(node: ast.expr | None) -> bool:
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr in ("stdout", "stderr")
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "sys"
+    )
+
+
+def test_no_default_binds_the_standard_streams_at_import() -> None:
+    """A default of sys.stdout is the stream of the moment the module was imported: a
+    caller that has since replaced it (pytest's capture, a redirect) would be written
+    past, or to a closed file. None, resolved when called, is what the suite uses."""
+    bound = []
+    for path, tree in _modules():
+        for node in ast.walk(tree):
+            defaults: list[ast.expr | None] = []
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                defaults = [*node.args.defaults, *node.args.kw_defaults]
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                defaults = [node.value]  # a dataclass field's default
+            bound += [f"{path}:{d.lineno}" for d in defaults if d and _binds_a_std_stream(d)]
+    assert bound == [], "\n".join(bound)
+
+
 def test_only_frameworks_are_imported_inside_functions() -> None:
     """No import hides a cycle inside a function: module-level imports are what the
     layering contracts see. Frameworks are the exception, on purpose (LAZY)."""

@@ -209,7 +209,7 @@ def run(
     *,
     timeout: float,
     extra: Sequence[str] = (),
-    out: TextIO = sys.stdout,
+    out: TextIO | None = None,  # None: sys.stdout as it is when called
     cluster: Cluster | None = None,
     link_bps: int | None = None,
 ) -> list[Status]:
@@ -218,6 +218,7 @@ def run(
     With `cluster`, each cell's workers are spread over its hosts (the namespace pair
     of --emulate-link, whose rate `link_bps` the records carry).
     """
+    out = out or sys.stdout
     target = records.check_writable(results).parent / FILE
     run_dir = target.parent / "runs" / ("collectives-" + time.strftime("%Y%m%d-%H%M%S"))
     follower = records.Follower(target)

@@ -63,7 +63,7 @@ class Tuner:
     budget_s: float
     trial_steps: int
     repeats: int
-    out: TextIO = sys.stdout
+    out: TextIO | None = None  # None: sys.stdout as it is when printing
     tune_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex[:8])
     start: float = dataclasses.field(default_factory=time.monotonic)
     runs: int = 0
@@ -100,7 +100,7 @@ class Tuner:
         return sum(self.run_s) / len(self.run_s) if self.run_s else 12.0
 
     def say(self, text: str) -> None:
-        print(text, file=self.out, flush=True)
+        print(text, file=self.out or sys.stdout, flush=True)
 
 
 def halve(t: Tuner, engine: Engine, until_s: float) -> tuple[dict[str, Any], int]:
