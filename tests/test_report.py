@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pandas as pd
 import pytest
@@ -262,7 +262,20 @@ def test_contended_runs_are_flagged_in_every_timing_table() -> None:
         section = comp.sections[name].set_index(["engine", "workers"])
         assert section.loc[("horovod", 2), "contended"] == "3/3", name
         assert section.loc[("ddp", 2), "contended"] == "-", name
-    assert any("measured while other processes" in n for n in comp.notes)
+    (note,) = [n for n in comp.notes if "shared CPUs" in n]
+    assert "3 of " in note and "3 for a reason the record does not keep" in note
+    # the cause is the record's own: other processes, or the hypervisor's steal
+    for r in recs:
+        if r["engine"] == "horovod" and r["world_size"] == 2:
+            c = {"other_cpu_cores": 0.0, "steal_fraction": 0.05}
+            r["contention"] = cast(
+                Any, [c, {**c, "other_cpu_cores": "lots"}]
+            )  # wrong type: ignored
+    (note,) = [n for n in report.compare(recs)[0].notes if "shared CPUs" in n]
+    assert "3 while the hypervisor withheld over 2%" in note and "other processes" not in note
+    recs[0]["contended"], recs[0]["contention"] = True, cast(Any, [{"other_cpu_cores": 0.9}])
+    (note,) = [n for n in report.compare(recs)[0].notes if "shared CPUs" in n]
+    assert "1 while other processes on this machine used the CPUs" in note
 
 
 def test_json_and_csv_keep_numbers_as_numbers() -> None:

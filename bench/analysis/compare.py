@@ -19,6 +19,7 @@ from bench.analysis import breakdown, startup
 from bench.analysis import knobs as knob_table
 from bench.analysis.frame import DEFAULT_TARGET, frame, libraries_text
 from bench.measure import stats
+from bench.measure.contention import STEAL_LIMIT
 from bench.records import LoadedRecord, Status
 
 # Accuracy parity: an engine is flagged when its mean accuracy differs from the
@@ -86,7 +87,7 @@ def _lost_share(ratio: stats.Estimate) -> stats.Estimate:
 
 
 def _contended(cell: pd.DataFrame) -> str:
-    """'k/n' runs of a cell measured while other processes used the CPUs; '-' for none."""
+    """'k/n' runs of a cell measured on shared CPUs (other processes or steal); '-' for none."""
     k = int(cell["contended"].sum()) if "contended" in cell else 0
     return f"{k}/{len(cell)}" if k else "-"
 
@@ -302,6 +303,30 @@ def _head_to_head_rows(gdf: pd.DataFrame, iv: list[dict[str, Any]]) -> pd.DataFr
     return pd.DataFrame(rows)
 
 
+def _contention_note(ok: pd.DataFrame) -> str:
+    """The warning for runs measured on shared CPUs, by cause: what to do differs."""
+    flagged = ok[ok["contended"]]
+    causes = flagged.get("contention_cause", pd.Series("unknown", index=flagged.index)).astype(str)
+    others = int(causes.str.contains("other").sum())
+    steal = int(causes.str.contains("steal").sum())
+    why = [f"{others} while other processes on this machine used the CPUs (rerun them "
+           "on a quiet machine)"] if others else []  # fmt: skip
+    if steal:
+        why.append(
+            f"{steal} while the hypervisor withheld over {STEAL_LIMIT:.0%} of the CPU time "
+            "(steal: other guests on the host, which nothing on this machine shows; "
+            "rerun them when the host is quieter, or on a dedicated one)"
+        )
+    unknown = len(causes) - int((causes.str.contains("other") | causes.str.contains("steal")).sum())
+    if unknown:
+        why.append(f"{unknown} for a reason the record does not keep")
+    return (
+        f"WARNING: {len(causes)} of {len(ok)} runs were measured on shared CPUs (column "
+        f"'contended'): {'; '.join(why)}. Their throughput is understated, and not "
+        "equally for every engine"
+    )
+
+
 def _notes(gdf: pd.DataFrame, others: pd.DataFrame) -> list[str]:
     """What a reader must know besides the tables: parity, settings, flagged runs."""
     ok = _ok(gdf)
@@ -322,11 +347,7 @@ def _notes(gdf: pd.DataFrame, others: pd.DataFrame) -> list[str]:
             f"without launching: {_first_line(rows['error'].iloc[0], 'no reason given')}"
         )
     if not ok.empty and ok["contended"].any():
-        notes.append(
-            f"WARNING: {int(ok['contended'].sum())} of {len(ok)} runs were measured while other "
-            "processes used the CPUs (column 'contended'): their throughput is understated, "
-            "and not equally for every engine; rerun them on a quiet machine"
-        )
+        notes.append(_contention_note(ok))
     for _, bad in gdf[~gdf["status"].isin(_NOT_FAILED)].iterrows():
         notes.append(
             f"{bad['status']}: {bad['engine']} np={bad['workers']} ({bad['source']}): "

@@ -23,6 +23,7 @@ from bench import records
 from bench.contract.identity import GROUP_FIELDS_V1, canonical
 from bench.core import machine
 from bench.core.units import format_rate
+from bench.measure.contention import OTHER_CORES_LIMIT, STEAL_LIMIT
 from bench.records import Kind, LoadedRecord, RunRecord, Status
 from bench.records.types import Epoch, Spec
 
@@ -262,8 +263,9 @@ def _row(r: LoadedRecord, target: float) -> dict[str, Any]:
         "protocol": protocol,
         "title": _title(spec),
         "throughput": r.get("throughput"),
-        # other processes used the CPUs while it was timed (bench/measure/contention.py)
+        # others or the hypervisor took CPU while it was timed (bench/measure/contention.py)
         "contended": bool(r.get("contended")),
+        "contention_cause": contention_cause(r),
         "train_flops": flops.get("train") or np.nan,
         **_why_columns(r),
         "rank_throughput": r.get("per_rank_throughput") or [],
@@ -286,6 +288,23 @@ def _row(r: LoadedRecord, target: float) -> dict[str, Any]:
         "math": _math(r.get("knobs") or {}),
         "error": r.get("error"),
     }
+
+
+def contention_cause(r: Mapping[str, Any]) -> str:
+    """Why a run is flagged `contended`: "other processes", "steal" (the hypervisor gave
+    its CPUs' time to other guests), both, "unknown"; "" when it is not flagged."""
+    if not r.get("contended"):
+        return ""
+    causes = set()
+    for c in r.get("contention") or []:
+        others, steal = (
+            c.get(k) if isinstance(c, dict) else None for k in ("other_cpu_cores", "steal_fraction")
+        )
+        if isinstance(others, int | float) and others > OTHER_CORES_LIMIT:
+            causes.add("other processes")
+        if isinstance(steal, int | float) and steal > STEAL_LIMIT:
+            causes.add("steal")
+    return " and ".join(sorted(causes)) or "unknown"
 
 
 MATH_KEYS = ("tf32_matmul", "tf32_conv", "cudnn_benchmark", "cudnn_deterministic")
