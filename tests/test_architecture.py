@@ -90,29 +90,71 @@ def test_no_function_is_longer_than_a_screen() -> None:
     assert long == [], "\n".join(long)
 
 
-def _binds_a_std_stream(node: ast.expr | None) -> bool:
-    return (
-        isinstance(node, ast.Attribute)
-        and node.attr in ("stdout", "stderr")
-        and isinstance(node.value, ast.Name)
-        and node.value.id == "sys"
-    )
+STREAMS = ("stdout", "stderr", "__stdout__", "__stderr__")
+
+
+def _stream_names(tree: ast.Module) -> tuple[set[str], set[str]]:
+    """(names bound to the sys module, names bound to one of its streams) in `tree`."""
+    modules, streams = {"sys"}, set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules |= {a.asname or a.name for a in node.names if a.name == "sys"}
+        elif isinstance(node, ast.ImportFrom) and node.module == "sys":
+            streams |= {a.asname or a.name for a in node.names if a.name in STREAMS}
+    return modules, streams
+
+
+def _uses_a_stream(node: ast.AST, names: tuple[set[str], set[str]]) -> bool:
+    modules, streams = names
+    for n in ast.walk(node):
+        of_sys = isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+        if of_sys and n.attr in STREAMS and n.value.id in modules:  # type: ignore[attr-defined]
+            return True
+        if isinstance(n, ast.Name) and n.id in streams:
+            return True
+    return False
+
+
+def _evaluated_at_import(tree: ast.Module) -> Iterator[ast.AST]:
+    """Expressions evaluated once, when the module is imported: every default (of a
+    def or a lambda), and what module and class bodies assign (a dataclass field's
+    default among them)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arguments):
+            yield from (d for d in [*node.defaults, *node.kw_defaults] if d is not None)
+    bodies = [tree.body] + [n.body for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+    for body in bodies:
+        for stmt in body:
+            if isinstance(stmt, ast.Assign | ast.AnnAssign) and stmt.value is not None:
+                yield stmt.value
 
 
 def test_no_default_binds_the_standard_streams_at_import() -> None:
-    """A default of sys.stdout is the stream of the moment the module was imported: a
-    caller that has since replaced it (pytest's capture, a redirect) would be written
-    past, or to a closed file. None, resolved when called, is what the suite uses."""
-    bound = []
-    for path, tree in _modules():
-        for node in ast.walk(tree):
-            defaults: list[ast.expr | None] = []
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                defaults = [*node.args.defaults, *node.args.kw_defaults]
-            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-                defaults = [node.value]  # a dataclass field's default
-            bound += [f"{path}:{d.lineno}" for d in defaults if d and _binds_a_std_stream(d)]
+    """sys.stdout read at import is the stream of that moment: a caller that has since
+    replaced it (pytest's capture, a redirect) would be written past, or to a closed
+    file. None, resolved when called, is what the suite uses."""
+    bound = [
+        f"{path}:{getattr(node, 'lineno', '?')}"
+        for path, tree in _modules()
+        for node in _evaluated_at_import(tree)
+        if _uses_a_stream(node, _stream_names(tree))
+    ]
     assert bound == [], "\n".join(bound)
+
+
+def test_the_stream_check_sees_aliases_lambdas_and_fields() -> None:
+    caught = [
+        "import sys as s\ndef f(out=s.stdout): pass",
+        "from sys import stderr as e\ng = lambda out=e: out",
+        "import sys\nclass C:\n    out: object = field(default=sys.stdout)",
+        "import sys\nOUT = partial(print, file=sys.stderr)",
+        "import sys\ndef f(*, out=None if 0 else sys.stdout): pass",
+    ]
+    fine = ["import sys\ndef f(out=None):\n    out = sys.stdout if out is None else out"]
+    for source, expect in [(c, True) for c in caught] + [(f, False) for f in fine]:
+        tree = ast.parse(source)
+        names = _stream_names(tree)
+        assert any(_uses_a_stream(n, names) for n in _evaluated_at_import(tree)) is expect, source
 
 
 def test_only_frameworks_are_imported_inside_functions() -> None:

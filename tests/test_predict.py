@@ -311,24 +311,27 @@ def test_oversubscribed_cores_put_the_point_between_no_overlap_and_full_overlap(
     busy = 4 * (COMPUTE + cpu) / 2  # every worker's CPU over the 2 cores
     path = COMPUTE + max(_comm(4) - fit.hidden_share * COMPUTE, 0.0)  # one worker alone
     assert here.shared_step_s(fit, 4) == pytest.approx(max(busy, path))
-    slowest = here.step_s(fit, 4)
-    assert slowest > max(busy, path)
     p = predict.predict(fit, here, 4, [fit])
-    assert p.bound == "between" and p.step_s == pytest.approx((slowest * max(busy, path)) ** 0.5)
-    assert p.throughput_upper == pytest.approx(4 * 32 / max(busy, path))
-    assert p.throughput_lower == pytest.approx(4 * 32 / slowest)
-    lo, hi = p.throughput_interval
-    assert p.throughput_lower is not None and p.throughput_upper is not None
-    assert lo <= p.throughput_lower < p.throughput < p.throughput_upper <= hi
+    assert p.bound == "between" and p.throughput_upper == pytest.approx(4 * 32 / max(busy, path))
     rec = predict.to_record(p, [])
     (reason,) = rec["predicted"]["bound_reasons"]
-    assert "more threads than cores" in reason
+    assert "more threads than cores" in reason and "geometric" in reason
     assert predict.table([rec]).iloc[0]["samples/s"].startswith("~ ")
+    # on a link 5x slower the two ends are far apart: the point is their geometric mean
+    mid = predict.Target(same_machine=True, link_rate_bps=RATE0 // 5)
+    slowest, fastest = mid.step_s(fit, 4), mid.shared_step_s(fit, 4)
+    assert fastest is not None and slowest > 1.3 * fastest
+    p = predict.predict(fit, mid, 4, [fit])
+    assert p.step_s == pytest.approx((slowest * fastest) ** 0.5, rel=1e-9)
+    assert p.throughput_lower == pytest.approx(4 * 32 / slowest)
+    assert p.throughput_upper == pytest.approx(4 * 32 / fastest)
+    assert p.compute_share == pytest.approx(2 * COMPUTE / p.step_s)
+    assert predict.to_record(p, [])["predicted"]["throughput_lower"] == p.throughput_lower
     # an engine whose waits poll keeps its cores while waiting: the no-overlap end
     assert fit.engine == "ddp" and not registry.get("ddp").waits_spin
-    polls = predict.predict(dataclasses.replace(fit, engine="horovod"), here, 4, [fit])
+    polls = predict.predict(dataclasses.replace(fit, engine="horovod"), mid, 4, [fit])
     assert polls.bound == "between" and polls.step_s == pytest.approx(slowest)
-    assert "poll" in polls.bound_reasons[0] and "geometric" in reason
+    assert "poll" in polls.bound_reasons[0]
     at_two = predict.predict(fit, here, 2, [fit])
     assert at_two.bound is None and at_two.throughput_upper is None
     # on a link 50x slower one worker's own wait is longer than all the CPU: path decides
@@ -351,12 +354,31 @@ def test_a_censored_fit_on_oversubscribed_cores_takes_the_fastest_of_both_upper_
     assert p.throughput_upper == pytest.approx(4 * 32 / fastest)
     reasons = predict.bound_reasons(fit, here, 4)
     assert len(reasons) == 2 and "all communication hidden" in reasons[0]
-    # between the sharings at the overlap the fit saw; hiding more only raises the top
-    seen = max(busy, COMPUTE + max(_comm(4) - fit.hidden_share * COMPUTE, 0.0))
-    assert p.bound == "between" and p.throughput_lower == pytest.approx(
-        4 * 32 / here.step_s(fit, 4)
-    )
-    assert p.step_s == pytest.approx((here.step_s(fit, 4) * min(seen, here.step_s(fit, 4))) ** 0.5)
+    # the point lies between the sharings at the overlap the fit saw; hiding more
+    # raises only the top (a link 5x slower sets the three apart)
+    mid = predict.Target(same_machine=True, link_rate_bps=RATE0 // 5)
+    slowest, seen = mid.step_s(fit, 4), mid.shared_step_s(fit, 4)
+    top = min(mid.step_s(fit, 4, hide_all=True), mid.shared_step_s(fit, 4, hide_all=True) or 1.0)
+    assert seen is not None and slowest > 1.1 * seen and seen > 1.1 * top
+    p = predict.predict(fit, mid, 4, [fit])
+    assert p.bound == "between" and p.throughput_lower == pytest.approx(4 * 32 / slowest)
+    assert p.step_s == pytest.approx((slowest * seen) ** 0.5, rel=1e-9)
+    assert p.throughput_upper == pytest.approx(4 * 32 / top)
+
+
+def test_the_interval_holds_both_ends_of_a_point_between_them() -> None:
+    # collectives at one worker count: the latency split is drawn over its whole range
+    # while the point takes all of it per hop, the slowest case beyond the fit's count
+    (sample,) = predict.samples([_train(2, 0.014, cpu_cores=0.93), _train(2, 0.0141, cpu_cores=0.93),
+                                 _train(2, COMPUTE, sync=False, cpu_cores=1.0),
+                                 _train(2, 0.0101, sync=False, cpu_cores=1.0),
+                                 _collective(latency=5e-3)])  # fmt: skip
+    assert any("latency split" in h for h in sample.held_fixed())
+    mid = predict.Target(same_machine=True, link_rate_bps=RATE0 // 5)
+    (p,) = predict.run([sample], mid, [8], draws=300)
+    lo, hi = p.throughput_interval
+    assert p.bound == "between" and p.throughput_lower is not None and p.throughput_upper
+    assert lo <= p.throughput_lower < p.throughput < p.throughput_upper <= hi
 
 
 # --- bytes and batch ------------------------------------------------------------------------
@@ -476,6 +498,7 @@ def test_check_compares_predictions_with_runs_on_other_links_and_worker_counts()
     assert shared is not None and shared < sync4
     assert row["link"] == "1gbit"
     assert row["error"] == pytest.approx((sync4 / shared) ** 0.5 - 1, rel=0.01)
+    assert row["bound"] == "between" and "~ " in predict.render_check(df)
 
 
 def test_the_check_reports_how_often_the_interval_holds_the_measured_value() -> None:

@@ -218,7 +218,7 @@ def run(
     With `cluster`, each cell's workers are spread over its hosts (the namespace pair
     of --emulate-link, whose rate `link_bps` the records carry).
     """
-    out = out or sys.stdout
+    out = sys.stdout if out is None else out
     target = records.check_writable(results).parent / FILE
     run_dir = target.parent / "runs" / ("collectives-" + time.strftime("%Y%m%d-%H%M%S"))
     follower = records.Follower(target)

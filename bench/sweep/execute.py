@@ -367,7 +367,7 @@ def run_sweep(
     todo = [c for c in cells if c.key(env_key) not in done]
     sweep_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
     run_dir = (results if results.suffix != ".jsonl" else results.parent) / "runs" / sweep_id
-    progress = _Progress(out or sys.stdout, len(todo))
+    progress = _Progress(sys.stdout if out is None else out, len(todo))
     progress.say(
         f"bench run: {len(cells)} cells ({len(cells) - len(todo)} already recorded, skipped); "
         f"logs in {run_dir}"

@@ -100,7 +100,7 @@ class Tuner:
         return sum(self.run_s) / len(self.run_s) if self.run_s else 12.0
 
     def say(self, text: str) -> None:
-        print(text, file=self.out or sys.stdout, flush=True)
+        print(text, file=sys.stdout if self.out is None else self.out, flush=True)
 
 
 def halve(t: Tuner, engine: Engine, until_s: float) -> tuple[dict[str, Any], int]:

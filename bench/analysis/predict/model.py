@@ -15,10 +15,12 @@ Every term is taken where the measurements can identify it (docs/prediction.md):
 - what the twin hid is comm(n0) - exposed, kept as a share of compute. When the fit
   saw all its communication hidden it cannot see how much more the engine could hide:
   the prediction is then a lower bound on throughput (`Fit.censored`), with the
-  engine hiding up to all of its compute as the upper bound;
+  engine hiding up to all of its compute as the upper bound (on cores that are not
+  oversubscribed beyond the fit's: see below);
 - on cores more oversubscribed than the fit's, the model adds each worker's waits to
   its stretched compute (no overlap); a work-conserving scheduler lets other workers
-  compute during them, which gives the upper end (`Target.shared_step_s`).
+  compute during them, which gives the upper end (`Target.shared_step_s`). The point
+  then lies between the two, censored fit or not (`report.predict`).
 """
 
 from __future__ import annotations

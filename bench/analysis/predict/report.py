@@ -126,13 +126,15 @@ def predict(
             hi = np.maximum(hi, _percentiles(fastest, lo, hi)[1])
     if upper is not None:
         hi = np.maximum(hi, upper[1:])
+    # an unidentified latency split is drawn over its whole range while the point takes
+    # the textbook ring (all per hop), which can sit at the range's edge: keep it, and
+    # the no-overlap end when the point moves off it, inside
+    lo, hi = np.minimum(lo, [tput, share]), np.maximum(hi, [tput, share])
     lower = tput if bound == "between" else None
     if bound == "between" and not registry.waits_spin(fit.engine):
         step = float(np.sqrt(step * _upper(fit, target, workers, batch, False)[0]))
         tput, share = workers * batch / step, target.compute_at(fit, workers) / step
-    # an unidentified latency split is drawn over its whole range while the point takes
-    # the textbook ring (all per hop), which can sit at the range's edge: keep it inside
-    lo, hi = np.minimum(lo, [tput, share]), np.maximum(hi, [tput, share])
+        lo, hi = np.minimum(lo, [tput, share]), np.maximum(hi, [tput, share])
     return Prediction(
         fit, target, workers, batch, step, tput, share,
         (float(lo[0]), float(hi[0])), (float(lo[1]), float(hi[1])),
@@ -334,7 +336,7 @@ CAPTION = (
     "(what-if). compute share = compute / step, not compare's throughput(n) / (n x "
     "throughput(1)); "
     "[95% interval over runs and collective records]; '>=': a lower bound (the fit saw "
-    "all communication hidden); '~': more workers share the cores than at the fit, the "
+    "all communication hidden); '~' (whether or not it did): more workers share the cores than at the fit, the "
     "step between no overlap and full overlap of their waits (the point: the geometric "
     "mean, or no overlap for an engine whose waits poll; the interval reaches both)"
 )
@@ -422,6 +424,7 @@ def _check_row(s: Sample, m: Measured, point: Fit, drawn: Sequence[Fit]) -> dict
         "workers": m.workers,
         "measured samples/s": meas,
         "predicted samples/s": p.throughput,
+        "bound": p.bound or "",
         "interval": (lo, hi),
         "covered": lo <= meas <= hi,
         "error": p.throughput / meas - 1,
@@ -459,6 +462,11 @@ def render_check(df: Any) -> str:
     shown = df.copy()
     for col in ("measured samples/s", "predicted samples/s"):
         shown[col] = shown[col].map("{:,.1f}".format)
+    if "bound" in df:  # the point's mark, as the predictions table gives it
+        shown["predicted samples/s"] = (
+            df["bound"].map(lambda b: _MARKS.get(b, "")) + shown["predicted samples/s"]
+        )
+        shown = shown.drop(columns="bound")
     shown["interval"] = df["interval"].map(lambda iv: f"[{iv[0]:,.1f}, {iv[1]:,.1f}]")
     yes_no = {True: "yes", False: "no"}
     shown["covered"] = df["covered"].map(yes_no)
