@@ -173,6 +173,18 @@ def _verdicts(results: Path) -> dict[tuple[str, int], str]:
     return got
 
 
+def _shared_cpus(results: Path) -> bool:
+    """Whether any run's own contention measure saw other processes or the hypervisor
+    take enough CPU for CPU-contended to be the right verdict on some of its runs."""
+    return any(
+        float(c.get("other_cpu_cores") or 0) > OTHER_CORES_LIMIT
+        or float(c.get("steal_fraction") or 0) > breakdown.STEAL_SHARE
+        for r in records.load([results]).records
+        for c in r.get("contention") or []
+        if c
+    )
+
+
 def _sweep(results: Path, *args: str) -> None:
     proc = run_bench("run", "--results", str(results), *QUICK, *args, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -197,7 +209,10 @@ def test_a_100mbit_link_makes_the_cell_communication_bound(tmp_path: Path) -> No
     # carry 4x fewer bytes for more compute: a faster CI machine read 42% vs 50% compute.
     _sweep(tmp_path, "--engines", "ddp", "--workers", "2", "--models", "mlp",
            "--max-steps", "30", "--emulate-link", "100mbit")  # fmt: skip
-    assert _verdicts(tmp_path) == {("ddp@2nodes/100mbit", 2): "communication-bound"}
+    # CPU taken by others comes first where the records measured it (a busy CI host)
+    verdict = _verdicts(tmp_path)[("ddp@2nodes/100mbit", 2)]
+    expected = {"communication-bound"} | ({"CPU-contended"} if _shared_cpus(tmp_path) else set())
+    assert verdict in expected
 
 
 @pytest.mark.distributed
