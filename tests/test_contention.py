@@ -108,3 +108,9 @@ def test_a_peer_rank_outside_the_tree_is_the_run_not_a_neighbour() -> None:
         as_other,
         peer_cores,
     )
+
+
+def test_the_causes_of_contention_are_named_and_wrong_types_count_for_nothing() -> None:
+    assert contention.causes(0.5, 0.05) == ["other processes", "steal"]
+    assert contention.causes(0.1, 0.05) == ["steal"] and contention.causes(None, 0.0) == []
+    assert contention.causes(True, "lots") == []  # a damaged record's values

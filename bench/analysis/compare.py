@@ -305,10 +305,9 @@ def _head_to_head_rows(gdf: pd.DataFrame, iv: list[dict[str, Any]]) -> pd.DataFr
 
 def _contention_note(ok: pd.DataFrame) -> str:
     """The warning for runs measured on shared CPUs, by cause: what to do differs."""
-    flagged = ok[ok["contended"]]
-    causes = flagged.get("contention_cause", pd.Series("unknown", index=flagged.index)).astype(str)
-    others = int(causes.str.contains("other").sum())
-    steal = int(causes.str.contains("steal").sum())
+    causes = ok.loc[ok["contended"], "contention_cause"]
+    others, steal = (int(causes.str.contains(word).sum()) for word in ("other", "steal"))
+    unknown = int((causes == "unknown").sum())
     why = [f"{others} while other processes on this machine used the CPUs (rerun them "
            "on a quiet machine)"] if others else []  # fmt: skip
     if steal:
@@ -317,7 +316,6 @@ def _contention_note(ok: pd.DataFrame) -> str:
             "(steal: other guests on the host, which nothing on this machine shows; "
             "rerun them when the host is quieter, or on a dedicated one)"
         )
-    unknown = len(causes) - int((causes.str.contains("other") | causes.str.contains("steal")).sum())
     if unknown:
         why.append(f"{unknown} for a reason the record does not keep")
     return (

@@ -23,7 +23,7 @@ from bench import records
 from bench.contract.identity import GROUP_FIELDS_V1, canonical
 from bench.core import machine
 from bench.core.units import format_rate
-from bench.measure.contention import OTHER_CORES_LIMIT, STEAL_LIMIT
+from bench.measure import contention
 from bench.records import Kind, LoadedRecord, RunRecord, Status
 from bench.records.types import Epoch, Spec
 
@@ -295,16 +295,13 @@ def contention_cause(r: Mapping[str, Any]) -> str:
     its CPUs' time to other guests), both, "unknown"; "" when it is not flagged."""
     if not r.get("contended"):
         return ""
-    causes = set()
-    for c in r.get("contention") or []:
-        others, steal = (
-            c.get(k) if isinstance(c, dict) else None for k in ("other_cpu_cores", "steal_fraction")
-        )
-        if isinstance(others, int | float) and others > OTHER_CORES_LIMIT:
-            causes.add("other processes")
-        if isinstance(steal, int | float) and steal > STEAL_LIMIT:
-            causes.add("steal")
-    return " and ".join(sorted(causes)) or "unknown"
+    found = {
+        cause
+        for c in r.get("contention") or []
+        if isinstance(c, dict)
+        for cause in contention.causes(c.get("other_cpu_cores"), c.get("steal_fraction"))
+    }
+    return " and ".join(sorted(found)) or "unknown"
 
 
 MATH_KEYS = ("tf32_matmul", "tf32_conv", "cudnn_benchmark", "cudnn_deterministic")

@@ -118,6 +118,20 @@ def snapshot(root: int, label: str | None = None) -> Snapshot | None:
     return Snapshot(time.monotonic(), *stat, _tree_cpu(root, label or run_label()))
 
 
+def causes(other_cores: object, steal_fraction: object) -> list[str]:
+    """Why a measure counts as contention ("other processes", "steal"); empty when it
+    does not. Values that are not numbers (a damaged record) count for nothing."""
+
+    def over(value: object, limit: float) -> bool:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        return value > limit
+
+    found = [("other processes", over(other_cores, OTHER_CORES_LIMIT))]
+    found.append(("steal", over(steal_fraction, STEAL_LIMIT)))
+    return [cause for cause, hit in found if hit]
+
+
 def summarise(start: Snapshot | None, end: Snapshot | None) -> dict[str, Any] | None:
     """What others used between two snapshots, and whether that counts as contention."""
     if start is None or end is None or end.wall <= start.wall:
@@ -140,7 +154,7 @@ def summarise(start: Snapshot | None, end: Snapshot | None) -> dict[str, Any] | 
         "steal_fraction": steal,
         "loadavg_1m": load,
         "cpu_count": os.cpu_count(),
-        "contended": bool((other is not None and other > OTHER_CORES_LIMIT) or steal > STEAL_LIMIT),
+        "contended": bool(causes(other, steal)),
     }
 
 

@@ -336,9 +336,10 @@ CAPTION = (
     "(what-if). compute share = compute / step, not compare's throughput(n) / (n x "
     "throughput(1)); "
     "[95% interval over runs and collective records]; '>=': a lower bound (the fit saw "
-    "all communication hidden); '~' (whether or not it did): more workers share the cores than at the fit, the "
-    "step between no overlap and full overlap of their waits (the point: the geometric "
-    "mean, or no overlap for an engine whose waits poll; the interval reaches both)"
+    "all communication hidden); '~' (whether or not it did): more workers share the "
+    "cores than at the fit, the step between no overlap and full overlap of their waits "
+    "(the point: the geometric mean, or no overlap for an engine whose waits poll; the "
+    "interval reaches both)"
 )
 
 
