@@ -36,7 +36,8 @@ SYNC = 0.013  # 3 ms of the step is exposed communication
 
 
 def _train(world: int, step_s: float, *, sync: bool = True, rate: int | None = RATE0, windows: int = 5,
-           spread: float = 0.0, cpu_cores: float | None = None, **spec: Any) -> LoadedRecord:  # fmt: skip
+           spread: float = 0.0, worker_cores: float | None = None, burst: int | None = None,
+           **spec: Any) -> LoadedRecord:  # fmt: skip
     per = 32
     steps = step_s * (1 + spread * np.linspace(-1, 1, windows))
     rec: dict[str, Any] = {
@@ -71,8 +72,12 @@ def _train(world: int, step_s: float, *, sync: bool = True, rate: int | None = R
     }
     if rate:
         rec["link"] = {"rate_bps": rate, "emulated": True, "qdisc": "tbf"}
-    if cpu_cores is not None:
-        rec["contention"] = [{"own_cpu_cores": cpu_cores}] * world
+    if burst is not None:
+        rec["link"]["burst_bytes"] = burst
+    if worker_cores is not None:
+        # as contention records it: every rank reports the whole run's cores on its
+        # machine (here all `world` workers: one machine, or namespaces of one)
+        rec["contention"] = [{"own_cpu_cores": worker_cores * world}] * world
     return cast(LoadedRecord, rec)
 
 
@@ -267,10 +272,53 @@ def _cpu_case() -> predict.Sample:
     # 2 workers of 1 thread on 2 CPUs (namespaces on one machine): the synced run's
     # worker uses 3 ms more CPU per step than its twin's, on cores that have none spare
     sync, compute = 0.014, COMPUTE
-    recs = [_train(2, sync, cpu_cores=(compute + 0.003) / sync),
-            _train(2, compute, sync=False, cpu_cores=1.0), _collective()]  # fmt: skip
+    recs = [_train(2, sync, worker_cores=(compute + 0.003) / sync),
+            _train(2, compute, sync=False, worker_cores=1.0), _collective()]  # fmt: skip
     (sample,) = predict.samples(recs)
     return sample
+
+
+def test_a_records_cores_are_the_whole_runs_shared_by_its_workers() -> None:
+    # as measured on the check's machine: both ranks of a 2-worker run over namespaces
+    # report 1.97 cores, the run's; one worker took half of that
+    rec = _train(2, 0.0045)
+    rec["contention"] = [{"own_cpu_cores": 1.97}, {"own_cpu_cores": 1.97}]
+    assert predict.inputs.run_cpu_s(rec, 0.0045) == pytest.approx(0.985 * 0.0045)
+    # a 1-worker run's cores are its one worker's: a twin of that kind reads the same
+    single = _train(1, COMPUTE, rate=None)
+    single["contention"] = [{"own_cpu_cores": 1.0}]
+    assert predict.inputs.run_cpu_s(single, COMPUTE) == pytest.approx(COMPUTE)
+    damaged = _train(2, 0.0045)
+    damaged["contention"] = [{"own_cpu_cores": True}, {"own_cpu_cores": 1.0}]
+    assert predict.inputs.run_cpu_s(damaged, 0.0045) is None
+
+
+def test_an_emulated_links_token_bucket_passes_a_small_gradient_at_line_speed() -> None:
+    # tc tbf passes `burst` bytes at line speed before its rate applies; mlp's gradient
+    # (437,544 B, sent once each way by 2 ring workers) is cut by a 400,000-byte bucket
+    # to 37,544 B at the rate, and a 500,000-byte bucket leaves only the latency
+    burst = 400_000
+    recs = [
+        _train(2, SYNC, burst=burst),
+        _train(2, COMPUTE, sync=False, burst=burst),
+        _collective(),
+    ]
+    (sample,) = predict.samples(recs)
+    fit = sample.fit()
+    assert fit.link.burst_bytes == burst
+    assert fit.comm_s == pytest.approx((GRAD - burst) / BUSBW + ALPHA)
+    # the fitted link keeps its bucket; a real link of another rate has none ...
+    assert predict.Target()._comm_s(fit, 2)[0] == pytest.approx(fit.comm_s)
+    real = predict.Target(link_rate_bps=2 * RATE0)
+    assert real._comm_s(fit, 2)[0] == pytest.approx(GRAD / (2 * BUSBW) + ALPHA)
+    # ... and an emulated one has its own, as --check reads it from the runs
+    emulated = predict.Target(link_rate_bps=2 * RATE0, burst_bytes=500_000)
+    assert emulated._comm_s(fit, 2)[0] == pytest.approx(ALPHA)
+    checked = [_train(2, 0.011, rate=2 * RATE0, burst=500_000)]
+    (cell,) = [m for m in predict.inputs.measured(recs + checked) if m.link_rate_bps == 2 * RATE0]
+    assert cell.burst_bytes == 500_000
+    # the exposed 3 ms is then more than the modelled communication: hidden nothing
+    assert fit.hidden_s == 0 and fit.extra_s == pytest.approx(SYNC - COMPUTE - fit.comm_s)
 
 
 def test_cpu_taken_by_communication_stays_on_a_faster_link_and_vanishes_on_free_cores() -> None:
@@ -369,9 +417,9 @@ def test_a_censored_fit_on_oversubscribed_cores_takes_the_fastest_of_both_upper_
 def test_the_interval_holds_both_ends_of_a_point_between_them() -> None:
     # collectives at one worker count: the latency split is drawn over its whole range
     # while the point takes all of it per hop, the slowest case beyond the fit's count
-    (sample,) = predict.samples([_train(2, 0.014, cpu_cores=0.93), _train(2, 0.0141, cpu_cores=0.93),
-                                 _train(2, COMPUTE, sync=False, cpu_cores=1.0),
-                                 _train(2, 0.0101, sync=False, cpu_cores=1.0),
+    (sample,) = predict.samples([_train(2, 0.014, worker_cores=0.93), _train(2, 0.0141, worker_cores=0.93),
+                                 _train(2, COMPUTE, sync=False, worker_cores=1.0),
+                                 _train(2, 0.0101, sync=False, worker_cores=1.0),
                                  _collective(latency=5e-3)])  # fmt: skip
     assert any("latency split" in h for h in sample.held_fixed())
     mid = predict.Target(same_machine=True, link_rate_bps=RATE0 // 5)

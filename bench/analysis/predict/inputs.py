@@ -80,12 +80,29 @@ def run_step_s(rec: RunRecord) -> float | None:
 
 
 def run_cpu_s(rec: RunRecord, step_s: float) -> float | None:
-    """CPU seconds per step of one worker (its process tree, threads included), rank mean."""
+    """CPU seconds per step of one worker (its threads included), mean over ranks.
+
+    Each rank's `own_cpu_cores` is the whole run's on its machine (its launcher's tree
+    and every process carrying the run's label: bench/measure/contention.py), so it is
+    shared among the workers that machine held (`layouts`: the whole world over an
+    emulated link), not one worker's. Read as one worker's, a 2-worker run's
+    communication CPU was counted twice.
+    """
     ranks = rec.get("contention") or []
     cores = [c.get("own_cpu_cores") for c in ranks if isinstance(c, dict)]
-    if not cores or not all(isinstance(c, int | float) for c in cores):
+    if not cores or not all(isinstance(c, int | float) and not isinstance(c, bool) for c in cores):
         return None
-    return float(np.mean(cores)) * step_s  # type: ignore[arg-type]
+    return float(np.mean(cores)) * step_s / layouts(rec)[0].workers  # type: ignore[arg-type]
+
+
+def burst_of(rec: RunRecord) -> float:
+    """The bytes the run's emulated link passed at line speed before its rate applied
+    (the token bucket of tc tbf: bench/launch/netns.py); 0 on a real link."""
+    link = rec.get("link")
+    if not isinstance(link, dict) or link.get("qdisc") != "tbf":
+        return 0.0
+    burst = link.get("burst_bytes")
+    return float(burst) if isinstance(burst, int | float) and not isinstance(burst, bool) else 0.0
 
 
 def rate_of(rec: RunRecord) -> int | None:
@@ -141,6 +158,7 @@ class Sample:
     spec: dict[str, Any]
     workers: int
     link_rate_bps: int | None
+    burst_bytes: float  # the link's token bucket (tc tbf); 0 on a real link
     per_worker_batch: int
     grad_bytes: float
     bucket_bytes: float
@@ -194,7 +212,7 @@ class Sample:
             compute_s=_mean(self.compute, rng, log=True),
             sync_s=_mean(self.sync, rng, log=True),
             comm_cpu_s=cpu,
-            link=LinkCost(split, bw, self.link_rate_bps),
+            link=LinkCost(split, bw, self.link_rate_bps, self.burst_bytes),
             machine=self.machine,
             hosts=self.hosts,
             compute_machine=self.compute_machine,
@@ -261,6 +279,7 @@ class Measured:
     link_rate_bps: int | None
     per_worker_batch: int
     sync: list[float]  # step seconds, one per run
+    burst_bytes: float = 0.0  # the link's token bucket (tc tbf)
 
 
 def measured(
@@ -276,7 +295,8 @@ def measured(
             spec = first["spec"]
             out.append(Measured(variant, str(spec.get("model", "?")), {**spec, "grad_sync": True},
                                 workers, rate,
-                                int(first.get("per_worker_batch") or spec["batch_size"]), steps))  # fmt: skip
+                                int(first.get("per_worker_batch") or spec["batch_size"]), steps,
+                                burst_of(first)))  # fmt: skip
     return out
 
 
@@ -352,6 +372,7 @@ def _sample(
         spec={**spec, "grad_sync": True},
         workers=workers,
         link_rate_bps=rate,
+        burst_bytes=burst_of(first),
         per_worker_batch=int(first.get("per_worker_batch") or spec["batch_size"]),
         grad_bytes=grad,
         bucket_bytes=float(spec.get("bucket_mb") or 25.0) * 2**20,

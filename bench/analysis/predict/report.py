@@ -250,6 +250,8 @@ def to_record(p: Prediction, argv: Sequence[str]) -> RunRecord:
             "grad_given": t.grad_bytes is not None,
             "bucket_bytes": f.bucket_bytes,
             "busbw_bytes_per_s": t.busbw(f, p.workers),
+            "link_burst_bytes": t.burst(f),
+            "fit_link_burst_bytes": f.link.burst_bytes,
             "fixed_latency_s": f.link.latency.fixed_s,
             "hop_latency_s": f.link.latency.hop_s if t.hop_latency_s is None else t.hop_latency_s,
             "latency_split_measured": f.link.latency.identified,
@@ -413,7 +415,11 @@ def _fitted(fitted: Sequence[Sample], fit_workers: int | None) -> list[Sample]:
 
 def _check_row(s: Sample, m: Measured, point: Fit, drawn: Sequence[Fit]) -> dict[str, Any]:
     """`s`'s prediction for where `m` was measured, against `m`'s runs."""
-    target = Target(link_rate_bps=m.link_rate_bps, same_machine=s.machine != s.hosts)
+    target = Target(
+        link_rate_bps=m.link_rate_bps,
+        same_machine=s.machine != s.hosts,
+        burst_bytes=m.burst_bytes,
+    )
     p = predict(point, target, m.workers, drawn)
     meas = m.workers * m.per_worker_batch / float(np.exp(np.mean(np.log(m.sync))))
     lo, hi = p.throughput_interval
