@@ -39,7 +39,7 @@ def _row(
         "engine": engine, "single_node_engine": engine, "workers": workers, "status": records.Status.OK, "grad_sync": sync,
         "global_batch": 64, "per_worker_batch": 32, "throughput": 6400.0, "input_ms": 0.05,
         "contended": False, "oversubscribed": False, "peak_gflops": np.nan,
-        "train_flops": np.nan, "loads": [], "nodes": 1, "emulated": False,
+        "train_flops": np.nan, "loads": [], "nodes": 1, "emulated": False, "labelled": False,
         "breakdown": _profiled([1.0] * workers, [2.0] * workers, [0.5] * workers,
                                [8.0] * workers if sync else [0.0] * workers),
     }  # fmt: skip
@@ -132,6 +132,20 @@ def test_each_verdict_fires_on_its_own_evidence_and_only_there() -> None:
     assert v.name == "CPU-contended" and "the run used 2.00 of 2 CPUs" in v.evidence
     v = _verdict(_cell(_row(loads=peer)), TWIN)  # one machine per host: that was someone else
     assert v.name == "CPU-contended" and "other processes used 1.00 cores" in v.evidence
+    # launched by bench run, each rank counted the whole run on the machine (its label):
+    # what it calls others is others, even over an emulated link
+    emu = {"nodes": 2, "emulated": True, "labelled": True}
+    shared = [{"other_cpu_cores": 0.5, "own_cpu_cores": 1.5, "cpu_count": 2}] * 2
+    v = _verdict(_cell(_row(loads=shared, **emu)), TWIN)
+    assert v.name == "CPU-contended" and "other processes used 0.50 cores" in v.evidence
+    whole = [{"other_cpu_cores": 0.0, "own_cpu_cores": 2.0, "cpu_count": 2}] * 2
+    v = _verdict(
+        _cell(_row(loads=whole, **emu)),
+        _cell(_row(sync=False, throughput=16000.0, loads=whole, **emu)),
+    )
+    assert v.name == "CPU-contended" and "the run used 2.00 of 2 CPUs" in v.evidence
+    # the collectives' CPU counts by its share of each core: 12 CPU-ms on 2 CPUs
+    assert "add 12.00 CPU-ms" in v.evidence and "6.00 ms of each CPU's time" in v.evidence
     # building a batch takes longer than the step
     v = _verdict(_cell(_row(input_ms=12.0)), TWIN)
     assert v.name == "input-bound" and "12.00 ms" in v.evidence

@@ -75,8 +75,10 @@ def _train(world: int, step_s: float, *, sync: bool = True, rate: int | None = R
     if burst is not None:
         rec["link"]["burst_bytes"] = burst
     if worker_cores is not None:
-        # as contention records it: every rank reports the whole run's cores on its
-        # machine (here all `world` workers: one machine, or namespaces of one)
+        # as a run bench launched records it: every rank reports the whole run's cores
+        # on its machine (here all `world` workers: one machine, or namespaces of one)
+        rec["labels"] = {"attempt": "a1"}
+        rec["hosts"] = ["vm"] * world
         rec["contention"] = [{"own_cpu_cores": worker_cores * world}] * world
     return cast(LoadedRecord, rec)
 
@@ -279,18 +281,29 @@ def _cpu_case() -> predict.Sample:
 
 
 def test_a_records_cores_are_the_whole_runs_shared_by_its_workers() -> None:
-    # as measured on the check's machine: both ranks of a 2-worker run over namespaces
-    # report 1.97 cores, the run's; one worker took half of that
-    rec = _train(2, 0.0045)
+    cpu = predict.inputs.run_cpu_s
+    # as measured on the check's machine: both ranks of a 2-worker run bench launched
+    # over namespaces report 1.97 cores, the run's (one host name); a worker took half
+    rec = _train(2, 0.0045, worker_cores=0.0)
     rec["contention"] = [{"own_cpu_cores": 1.97}, {"own_cpu_cores": 1.97}]
-    assert predict.inputs.run_cpu_s(rec, 0.0045) == pytest.approx(0.985 * 0.0045)
-    # a 1-worker run's cores are its one worker's: a twin of that kind reads the same
+    assert cpu(rec, 0.0045) == pytest.approx(0.985 * 0.0045)
+    # real hosts, placed unevenly: each rank shares its figure with its host's ranks
+    uneven = _train(3, 0.0045, rate=None, worker_cores=0.0)
+    uneven["hosts"] = ["a", "a", "b"]
+    uneven["contention"] = [{"own_cpu_cores": c} for c in (2.0, 2.0, 0.9)]
+    assert cpu(uneven, 0.0045) == pytest.approx((1.0 + 1.0 + 0.9) / 3 * 0.0045)
+    # without the run's label (ranks started by hand) a rank counted its launcher's
+    # tree: over namespaces, its own namespace's one worker
+    by_hand = _train(2, 0.0045)
+    by_hand["contention"] = [{"own_cpu_cores": 0.985}, {"own_cpu_cores": 0.985}]
+    assert cpu(by_hand, 0.0045) == pytest.approx(0.985 * 0.0045)
+    # a 1-worker run's cores are its one worker's
     single = _train(1, COMPUTE, rate=None)
     single["contention"] = [{"own_cpu_cores": 1.0}]
-    assert predict.inputs.run_cpu_s(single, COMPUTE) == pytest.approx(COMPUTE)
+    assert cpu(single, COMPUTE) == pytest.approx(COMPUTE)
     damaged = _train(2, 0.0045)
     damaged["contention"] = [{"own_cpu_cores": True}, {"own_cpu_cores": 1.0}]
-    assert predict.inputs.run_cpu_s(damaged, 0.0045) is None
+    assert cpu(damaged, 0.0045) is None
 
 
 def test_an_emulated_links_token_bucket_passes_a_small_gradient_at_line_speed() -> None:
@@ -306,6 +319,11 @@ def test_an_emulated_links_token_bucket_passes_a_small_gradient_at_line_speed() 
     (sample,) = predict.samples(recs)
     fit = sample.fit()
     assert fit.link.burst_bytes == burst
+    # only tc tbf has a bucket, and only a number is one
+    burst_of = predict.inputs.burst_of
+    assert burst_of(cast(LoadedRecord, {"link": {"qdisc": "htb", "burst_bytes": 9}})) == 0
+    assert burst_of(cast(LoadedRecord, {"link": {"qdisc": "tbf", "burst_bytes": True}})) == 0
+    assert burst_of(cast(LoadedRecord, {"link": {"qdisc": "tbf"}})) == 0
     assert fit.comm_s == pytest.approx((GRAD - burst) / BUSBW + ALPHA)
     # the fitted link keeps its bucket; a real link of another rate has none ...
     assert predict.Target()._comm_s(fit, 2)[0] == pytest.approx(fit.comm_s)
@@ -314,9 +332,17 @@ def test_an_emulated_links_token_bucket_passes_a_small_gradient_at_line_speed() 
     # ... and an emulated one has its own, as --check reads it from the runs
     emulated = predict.Target(link_rate_bps=2 * RATE0, burst_bytes=500_000)
     assert emulated._comm_s(fit, 2)[0] == pytest.approx(ALPHA)
+    # --link at the fitted rate still means a real link: no bucket
+    same_rate = predict.Target(link_rate_bps=RATE0)
+    assert same_rate._comm_s(fit, 2)[0] == pytest.approx(GRAD / BUSBW + ALPHA)
     checked = [_train(2, 0.011, rate=2 * RATE0, burst=500_000)]
     (cell,) = [m for m in predict.inputs.measured(recs + checked) if m.link_rate_bps == 2 * RATE0]
     assert cell.burst_bytes == 500_000
+    # --check predicts that cell with its own bucket: compute, the latency, and the
+    # fit's unexplained extra
+    df, _ = predict.check(recs + checked, RATE0, draws=10)
+    (row,) = df.to_dict("records")
+    assert row["predicted samples/s"] == pytest.approx(2 * 32 / (COMPUTE + ALPHA + fit.extra_s))
     # the exposed 3 ms is then more than the modelled communication: hidden nothing
     assert fit.hidden_s == 0 and fit.extra_s == pytest.approx(SYNC - COMPUTE - fit.comm_s)
 

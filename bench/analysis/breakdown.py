@@ -236,17 +236,27 @@ def _mid(values: Any) -> float:
     return float(np.nanmedian(a)) if np.isfinite(a).any() else np.nan
 
 
-def _machine(loads: list[dict[str, Any]], hosts: int, emulated: bool) -> tuple[float, ...]:
-    """(others, steal, own, cpus) of one run. Each rank measured its own launcher's tree
-    against the whole machine; over an emulated link every namespace host is this one
-    machine, so the other hosts' trees are the run's own, not other processes."""
+def _machine(
+    loads: list[dict[str, Any]], hosts: int, emulated: bool, labelled: bool
+) -> tuple[float, ...]:
+    """(others, steal, own, cpus) of one run. A labelled rank (bench run) counted every
+    process of the run on its machine already. An unlabelled one measured its own
+    launcher's tree against the whole machine; over an emulated link every namespace
+    host is this one machine, so the other hosts' trees are the run's own, not other
+    processes."""
     if not loads:
         return (np.nan,) * 4
     keys = ("other_cpu_cores", "own_cpu_cores", "steal_fraction", "cpu_count")
     others, own, steal, cpus = (
-        [float(c[k]) if isinstance(c.get(k), int | float) else np.nan for c in loads] for k in keys
+        [
+            float(c[k])
+            if isinstance(c.get(k), int | float) and not isinstance(c.get(k), bool)
+            else np.nan
+            for c in loads
+        ]
+        for k in keys
     )
-    if emulated and hosts > 1:
+    if emulated and hosts > 1 and not labelled:
         if len(loads) % hosts:  # ranks not spread evenly: who is whose cannot be told
             return (np.nan,) * 4
         per = len(loads) // hosts  # ranks are placed host by host
@@ -260,8 +270,8 @@ def _machine(loads: list[dict[str, Any]], hosts: int, emulated: bool) -> tuple[f
 
 def _cpu(runs: pd.DataFrame) -> Cpu:
     per_run = [
-        _machine(loads, int(n), bool(e))
-        for loads, n, e in runs[["loads", "nodes", "emulated"]].values
+        _machine(loads, int(n), bool(e), bool(lab))
+        for loads, n, e, lab in runs[["loads", "nodes", "emulated", "labelled"]].values
     ]
     if not per_run:
         return Cpu(np.nan, np.nan, np.nan, np.nan)
@@ -287,13 +297,16 @@ def _contended(runs: pd.DataFrame, twins: pd.DataFrame, p: Parts) -> str | None:
     if cpu.own < SATURATED * cpu.cpus or p.largest() != "exposed comm":
         return None
     extra = cpu.own * p.step - twin_own * p.twin_step  # CPU-ms per step the collectives add
-    if not np.isfinite(extra) or extra < 0.5 * p.exposed:
+    # on saturated cores that CPU delays the step by its share of each core, not by all of
+    # it (every worker of the machine is in `own`): that is what the exposed time can hold
+    lost = extra / cpu.cpus
+    if not np.isfinite(lost) or lost < 0.5 * p.exposed:
         return None
     return (
         f"the run used {cpu.own:.2f} of {cpu.cpus:.0f} CPUs; its collectives add {extra:.2f} "
-        f"CPU-ms per step over the compute-only twin ({twin_own:.2f} CPUs), against "
-        f"{p.exposed:.2f} ms of exposed communication: the engine's threads take the "
-        "cores compute needs"
+        f"CPU-ms per step over the compute-only twin ({twin_own:.2f} CPUs), {lost:.2f} ms of "
+        f"each CPU's time, against {p.exposed:.2f} ms of exposed communication: the "
+        "engine's threads take the cores compute needs"
     )
 
 

@@ -82,17 +82,40 @@ def run_step_s(rec: RunRecord) -> float | None:
 def run_cpu_s(rec: RunRecord, step_s: float) -> float | None:
     """CPU seconds per step of one worker (its threads included), mean over ranks.
 
-    Each rank's `own_cpu_cores` is the whole run's on its machine (its launcher's tree
-    and every process carrying the run's label: bench/measure/contention.py), so it is
-    shared among the workers that machine held (`layouts`: the whole world over an
-    emulated link), not one worker's. Read as one worker's, a 2-worker run's
-    communication CPU was counted twice.
+    A rank's `own_cpu_cores` is not its own: it is every process of the run that it
+    could see (bench/measure/contention.py), shared among the workers those were
+    (`workers_counted`). Read as one worker's, a 2-worker run's communication CPU was
+    counted twice.
     """
-    ranks = rec.get("contention") or []
-    cores = [c.get("own_cpu_cores") for c in ranks if isinstance(c, dict)]
+    ranks = [c for c in rec.get("contention") or [] if isinstance(c, dict)]
+    cores = [c.get("own_cpu_cores") for c in ranks]
     if not cores or not all(isinstance(c, int | float) and not isinstance(c, bool) for c in cores):
         return None
-    return float(np.mean(cores)) * step_s / layouts(rec)[0].workers  # type: ignore[arg-type]
+    counted = workers_counted(rec, len(cores))
+    per_worker = [float(c) / n for c, n in zip(cores, counted, strict=True)]  # type: ignore[arg-type]
+    return float(np.mean(per_worker)) * step_s
+
+
+def workers_counted(rec: RunRecord, ranks: int) -> list[int]:
+    """For each rank, the workers whose CPU its `own_cpu_cores` holds.
+
+    A run `bench run` launched carries an `attempt` label, and each rank counted every
+    process with it on its machine: the ranks that share its host name (every
+    namespace of one machine shares it). Without the label a rank counted its
+    launcher's tree: the workers its launcher started on that host."""
+    labels = rec.get("labels")
+    hosts = rec.get("hosts")
+    if (
+        isinstance(labels, dict)
+        and labels.get("attempt")
+        and isinstance(hosts, list)
+        and len(hosts) == ranks
+        and all(isinstance(h, str) for h in hosts)
+    ):
+        return [hosts.count(h) for h in hosts]
+    machine, per_host = layouts(rec)
+    labelled = isinstance(labels, dict) and bool(labels.get("attempt"))
+    return [(machine if labelled else per_host).workers] * ranks
 
 
 def burst_of(rec: RunRecord) -> float:

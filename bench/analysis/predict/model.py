@@ -145,8 +145,8 @@ class LinkCost:
     busbw_bps: Mapping[int, float]  # measured worker count -> bytes/s
     rate_bps: int | None  # the emulated rate; None: the machine's own link
     # bytes a step's all-reduce sends at line speed before the emulated rate applies: tc
-    # tbf's bucket, full again when a step begins (it refills during compute while the
-    # run's mean rate stays under the link's); 0 on a real link
+    # tbf's bucket, taken as full when a step begins (it refills at the rate, so the
+    # link must idle burst / rate a step: 1.1 ms at 500mbit); 0 on a real link
     burst_bytes: float = 0.0
 
     def busbw_at(self, workers: int) -> float:
@@ -281,7 +281,8 @@ class Target:
 
     link_rate_bps: int | None = None  # None: the fitted link
     # the target link's token bucket (tc tbf) in bytes; None: the fit's on the fitted
-    # link, and 0 on another rate (a real link: --check passes its runs' own bucket)
+    # link, and 0 for any rate given (--link means a real link, even at the fitted
+    # rate; --check passes its runs' own bucket)
     burst_bytes: float | None = None
     busbw_fraction: float | None = None  # busbw as a fraction of the link rate
     hop_latency_s: float | None = None

@@ -223,7 +223,6 @@ def to_record(p: Prediction, argv: Sequence[str]) -> RunRecord:
         {"name": "bench predict", "argv": list(argv)},
     )
     rec["kind"] = Kind.PREDICTION
-    layout = t.layout(f, p.workers)
     rec["predicted"] = {
         "variant": f.variant,
         "workers": p.workers,
@@ -240,39 +239,47 @@ def to_record(p: Prediction, argv: Sequence[str]) -> RunRecord:
         "per_worker_batch": p.per_worker_batch,
         "global_batch": p.per_worker_batch * p.workers,
         "interval": {"method": INTERVAL_METHOD, "held_fixed": list(p.held_fixed)},
-        "inputs": {
-            "fit_workers": f.workers,
-            "fit_link_rate_bps": f.link.rate_bps,
-            "compute_s": t.compute_at(f, p.workers),
-            "compute_given": t.compute_s is not None,
-            "sync_s_at_fit": f.sync_s,
-            "grad_bytes": f.grad_bytes if t.grad_bytes is None else t.grad_bytes,
-            "grad_given": t.grad_bytes is not None,
-            "bucket_bytes": f.bucket_bytes,
-            "busbw_bytes_per_s": t.busbw(f, p.workers),
-            "link_burst_bytes": t.burst(f),
-            "fit_link_burst_bytes": f.link.burst_bytes,
-            "fixed_latency_s": f.link.latency.fixed_s,
-            "hop_latency_s": f.link.latency.hop_s if t.hop_latency_s is None else t.hop_latency_s,
-            "latency_split_measured": f.link.latency.identified,
-            "overlap_at_fit": None if f.hidden_share_given is not None else f.overlap,
-            "what_if": f.hidden_share_given is not None,
-            "hidden_share_of_compute": f.hidden_share,
-            "comm_cpu_s_per_step": f.comm_cpu_s,
-            "cpu_term_at_fit_s": f.cpu_s,
-            "cores": None
-            if f.hidden_share_given is not None
-            else {
-                "workers": layout.workers,
-                "cpus": layout.cpus,
-                "threads": layout.threads,
-                "shared": layout.shared,
-            },
-            "extra_s": f.extra_s,
-            "per_worker_batch": f.per_worker_batch,
-        },
+        "inputs": _inputs(p),
     }
     return rec
+
+
+def _inputs(p: Prediction) -> dict[str, Any]:
+    """Every input the prediction used, as the record keeps it."""
+    f, t = p.fit, p.target
+    layout = t.layout(f, p.workers)
+    return {
+        "fit_workers": f.workers,
+        "fit_link_rate_bps": f.link.rate_bps,
+        "compute_s": t.compute_at(f, p.workers),
+        "compute_given": t.compute_s is not None,
+        "sync_s_at_fit": f.sync_s,
+        "grad_bytes": f.grad_bytes if t.grad_bytes is None else t.grad_bytes,
+        "grad_given": t.grad_bytes is not None,
+        "bucket_bytes": f.bucket_bytes,
+        "busbw_bytes_per_s": t.busbw(f, p.workers),
+        "link_burst_bytes": t.burst(f),
+        "fit_link_burst_bytes": f.link.burst_bytes,
+        "fixed_latency_s": f.link.latency.fixed_s,
+        "hop_latency_s": f.link.latency.hop_s if t.hop_latency_s is None else t.hop_latency_s,
+        "latency_split_measured": f.link.latency.identified,
+        "overlap_at_fit": None if f.hidden_share_given is not None else f.overlap,
+        "what_if": f.hidden_share_given is not None,
+        "hidden_share_of_compute": f.hidden_share,
+        # one worker's (records before 46e84e8 kept the whole run's under another key)
+        "comm_cpu_s_per_worker_step": f.comm_cpu_s,
+        "cpu_term_at_fit_s": f.cpu_s,
+        "cores": None
+        if f.hidden_share_given is not None
+        else {
+            "workers": layout.workers,
+            "cpus": layout.cpus,
+            "threads": layout.threads,
+            "shared": layout.shared,
+        },
+        "extra_s": f.extra_s,
+        "per_worker_batch": f.per_worker_batch,
+    }
 
 
 # --- tables --------------------------------------------------------------------------------
