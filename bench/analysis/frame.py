@@ -180,12 +180,18 @@ def _why_columns(r: RunRecord) -> dict[str, Any]:
         "global_batch": r.get("global_batch"),
         "per_worker_batch": r.get("per_worker_batch"),
         "loads": [c for c in r.get("contention") or [] if isinstance(c, dict)],
-        # launched by bench run: each rank's own CPU is every labelled process on its
-        # machine, the whole run there (bench/measure/contention.py)
-        "labelled": isinstance(r.get("labels"), dict) and bool(r["labels"].get("attempt")),
+        "labelled": labelled(r),
         # every host a namespace of this one machine (bench/launch/netns.py)
         "emulated": isinstance(r.get("link"), dict) and bool(r["link"].get("emulated")),
     }
+
+
+def labelled(r: Mapping[str, Any]) -> bool:
+    """Launched by bench run (an `attempt` label): each rank's own CPU is then every
+    process of the run on its machine, not its launcher's tree alone
+    (bench/measure/contention.py)."""
+    labels = r.get("labels")
+    return isinstance(labels, dict) and bool(labels.get("attempt"))
 
 
 def _breakdown(r: RunRecord) -> dict[str, Any]:

@@ -103,19 +103,13 @@ def workers_counted(rec: RunRecord, ranks: int) -> list[int]:
     process with it on its machine: the ranks that share its host name (every
     namespace of one machine shares it). Without the label a rank counted its
     launcher's tree: the workers its launcher started on that host."""
-    labels = rec.get("labels")
-    hosts = rec.get("hosts")
-    if (
-        isinstance(labels, dict)
-        and labels.get("attempt")
-        and isinstance(hosts, list)
-        and len(hosts) == ranks
-        and all(isinstance(h, str) for h in hosts)
-    ):
-        return [hosts.count(h) for h in hosts]
     machine, per_host = layouts(rec)
-    labelled = isinstance(labels, dict) and bool(labels.get("attempt"))
-    return [(machine if labelled else per_host).workers] * ranks
+    if not runs.labelled(rec):
+        return [per_host.workers] * ranks
+    hosts = rec.get("hosts")
+    if isinstance(hosts, list) and len(hosts) == ranks and all(isinstance(h, str) for h in hosts):
+        return [hosts.count(h) for h in hosts]
+    return [machine.workers] * ranks
 
 
 def burst_of(rec: RunRecord) -> float:
