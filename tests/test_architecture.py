@@ -80,6 +80,42 @@ def test_no_branch_on_a_named_engine_outside_its_entry() -> None:
     assert found == [], "engine named outside its entry:\n" + "\n".join(found)
 
 
+def _probe_sources() -> set[str]:
+    """The free text an engine's own adapter writes into a record (its probe's `source`;
+    the shared base's generic texts are no engine's)."""
+    found = set()
+    for path, tree in _modules():
+        if not path.startswith("runners/adapters/") or path.endswith("base.py"):
+            continue
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == "source" for t in node.targets)
+                and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)
+            ):
+                found.add(node.value.value)
+    return found
+
+
+def test_no_engine_is_recognised_by_its_prose() -> None:
+    """A quirk is a registry field (e.g. `comm_inside_backward`), never a phrase of an
+    adapter's free text matched in the library."""
+    prose = _probe_sources()
+    assert any("inside backward" in p for p in prose)  # the check sees Paddle's probe
+    found = [
+        f"{path}:{node.lineno}: {node.value!r}"
+        for path, tree in _modules()
+        if path.startswith("bench/")
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and " " in node.value.strip()  # a phrase, not a word any text may hold
+        and any(node.value in p for p in prose)
+    ]
+    assert found == [], "an engine recognised by its prose:\n" + "\n".join(found)
+
+
 def test_no_function_is_longer_than_a_screen() -> None:
     long = [
         f"{path}:{fn.lineno} {fn.name} ({fn.end_lineno - fn.lineno + 1} lines)"

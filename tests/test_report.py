@@ -13,8 +13,8 @@ import pytest
 
 from bench import records
 from bench.analysis import compare as report
+from bench.analysis import figures, render
 from bench.analysis import frame as runs
-from bench.analysis import render
 from bench.records.types import LoadedRecord
 
 GOLDEN = Path(__file__).parent / "data" / "golden.jsonl"
@@ -245,11 +245,11 @@ def test_oversubscribed_runs_are_flagged_in_every_table() -> None:
     )
     # records from before the field existed are judged from the machine's CPU count
     old = records.load([GOLDEN]).records[0]
-    assert runs.oversubscription(cast(LoadedRecord, {**old, "world_size": 4})) == (
+    assert figures.oversubscription(cast(LoadedRecord, {**old, "world_size": 4})) == (
         True,
         "4 workers x 1 threads > 2 CPUs (inferred)",
     )
-    assert not runs.oversubscription(old)[0]
+    assert not figures.oversubscription(old)[0]
 
 
 def test_contended_runs_are_flagged_in_every_timing_table() -> None:

@@ -13,7 +13,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import models
 from bench import cli, records
-from bench.analysis import frame, render
+from bench.analysis import figures, render
 from bench.measure import peak
 from bench.records.types import LoadedRecord
 from tests.conftest import run_bench
@@ -68,14 +68,14 @@ def _record(**over: Any) -> LoadedRecord:
 
 
 def test_the_peak_capacity_counts_the_cores_workers_share() -> None:
-    assert frame.peak_capacity(_record()) == 200  # two one-thread workers, two CPUs
+    assert figures.peak_capacity(_record()) == 200  # two one-thread workers, two CPUs
     # four workers across two namespaces of this one 2-CPU machine share its two cores
     emulated = _record(world_size=4, link={"rate_bps": 10**9, "emulated": True})
-    assert frame.peak_capacity(emulated) == 200
-    assert frame.peak_capacity(_record(world_size=4, nodes=2)) == 400  # two machines
+    assert figures.peak_capacity(emulated) == 200
+    assert figures.peak_capacity(_record(world_size=4, nodes=2)) == 400  # two machines
     gpu = _record(world_size=4, peak={"gflops": 1000.0, "device": "cuda"})
-    assert frame.peak_capacity(gpu) == 4000
-    assert str(frame.peak_capacity(_record(peak={}))) == "nan"
+    assert figures.peak_capacity(gpu) == 4000
+    assert str(figures.peak_capacity(_record(peak={}))) == "nan"
 
 
 def test_a_run_names_its_peak_and_compare_refuses_utilisation_above_it(

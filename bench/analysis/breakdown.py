@@ -1,127 +1,38 @@
-"""Where each engine's step goes, the same categories for every engine, and a verdict.
+"""Where each engine's step goes, and a verdict that explains the time it lost.
 
-Per cell (engine, worker count), in milliseconds per step, medians over runs:
+The step's parts (compute, optimizer, exposed and hidden communication, other,
+input) are bench/analysis/figures.py's, per cell (engine, worker count), in
+milliseconds per step, medians over runs. The phases come from profiled steps run
+after every timed window (runners/protocol/profile.py), never from them.
 
-  compute       forward and backward of the compute-only twin's profiled steps: the
-                step's work without any collective (a 1-worker cell: its own)
-  optimizer     the twin's optimizer phase
-  exposed comm  synced step - twin step (>= 0): what computation did not hide. On shared
-                CPUs it includes the CPU the engine's communication threads take from
-                compute (the contention evidence below says when)
-  hidden comm   the engine's own count of its collectives' time (a DDP communication
-                hook, Horovod's timeline) minus the exposed part; Paddle's Gloo
-                allreduce runs synchronously inside backward, so there all of it is exposed
-  other         step - compute - optimizer - exposed: framework and launcher overhead
-  input         building a step's batch; the suite builds batches before the timed loop,
-                so it is outside the step and shown beside it
-
-The step is the timed one (global batch / throughput); the phases come from profiled
-steps run after every timed window (runners/protocol/profile.py), never from them.
+The verdict answers "why does this engine not scale" and "why is it slower than
+that one". First the causes that need no baseline: a straggler rank, input slower
+than the step, CPU taken by other processes, the hypervisor or oversubscription.
+Then, for a multi-worker cell, the time it lost: its step against its own 1-worker
+step (scaled to its per-worker batch: the efficiency's complement, in ms), and
+against the fastest engine at the same worker count. Each difference is split into
+compute stretch, the CPU communication took from compute, waiting for
+communication, optimizer and the rest; the verdict names the largest part of the
+time lost to scaling, and says how closely the parts add up to the measured
+difference. A 1-worker cell (or one without its baseline, saying what to run) is
+read from its step's largest share. Advice is bench/analysis/advice.py's, checked
+against the run's layout.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from bench import engines
+from bench.analysis import advice, figures
+from bench.analysis.figures import CATEGORIES, Parts, parts
 from bench.measure.contention import OTHER_CORES_LIMIT
 
-INSIDE_BACKWARD = "not hookable"  # Paddle's source: all communication is exposed
-CATEGORIES = ("compute", "optimizer", "exposed comm", "other")  # these add up to the step
-
-
-@dataclasses.dataclass(frozen=True)
-class Parts:
-    """A cell's step in milliseconds; NaN where it cannot be measured."""
-
-    step: float
-    compute: float
-    optimizer: float
-    exposed: float
-    hidden: float
-    other: float
-    input: float
-    source: str  # how the communication's total was measured
-    twin_step: float = np.nan
-
-    def shares(self) -> dict[str, float]:
-        """Each of CATEGORIES as a fraction of the step."""
-        values = (self.compute, self.optimizer, self.exposed, self.other)
-        return {c: v / self.step for c, v in zip(CATEGORIES, values, strict=True)}
-
-    def largest(self) -> str | None:
-        shares = {k: v for k, v in self.shares().items() if np.isfinite(v)}
-        return max(shares, key=lambda k: shares[k]) if shares else None
-
-
-def _step_ms(runs: pd.DataFrame) -> float:
-    tp = runs["throughput"].astype(float)
-    gb = runs["global_batch"].astype(float)
-    return float(np.median(1e3 * gb / tp)) if len(runs) else np.nan
-
-
-def _phase(runs: pd.DataFrame, *names: str) -> float:
-    """Median over runs of the median over ranks of the sum of phases `names`."""
-    per_run = []
-    for b in runs["breakdown"]:
-        phases = b.get("phases_ms") or {}
-        by_rank = zip(*(phases.get(n) or [] for n in names), strict=False)
-        vals = [sum(v) for v in by_rank if all(isinstance(x, int | float) for x in v)]
-        if vals:
-            per_run.append(float(np.median(vals)))
-    return float(np.median(per_run)) if per_run else np.nan
-
-
-def _comm_total(runs: pd.DataFrame) -> tuple[float, str]:
-    values, sources = [], set()
-    for b in runs["breakdown"]:
-        sources.add(str(b.get("comm_source") or ""))
-        ranks = [v for v in b.get("comm_ms") or [] if isinstance(v, int | float)]
-        if ranks:
-            values.append(float(np.median(ranks)))
-    source = "; ".join(sorted(s for s in sources if s)) or "not recorded"
-    return (float(np.median(values)) if values else np.nan), source
-
-
-def parts(cell: pd.DataFrame, twins: pd.DataFrame) -> Parts | None:
-    """The step of a cell's runs (finished, with a breakdown), against its twin's runs."""
-    runs = cell[cell["breakdown"].map(bool)]
-    if runs.empty:
-        return None
-    step, workers = _step_ms(runs), int(runs["workers"].iloc[0])
-    twin = twins[twins["breakdown"].map(bool)]
-    source = "one worker: no communication"
-    if workers == 1:
-        own = runs
-        exposed = hidden = 0.0
-        twin_step = np.nan
-    elif twin.empty:  # no compute-only twin: compute still includes the waits
-        own, exposed, hidden, twin_step = runs, np.nan, np.nan, np.nan
-        source = "no compute-only twin: run without --no-comm-cost"
-    else:
-        own, twin_step = twin, _step_ms(twin)
-        exposed = max(step - twin_step, 0.0)
-        total, source = _comm_total(runs)
-        if INSIDE_BACKWARD in source:
-            total = exposed
-        hidden = float(np.clip(total - exposed, 0.0, total)) if np.isfinite(total) else np.nan
-    # The profiled steps give the split, the timed steps the total: a profiled step marks
-    # and synchronises each phase, so on a sub-millisecond step its phases can add up to
-    # more than the timed step; they are then scaled down to it (never up).
-    timed = twin_step if own is twin else step
-    profiled = _phase(own, "step")
-    scale = min(1.0, timed / profiled) if profiled > 0 and np.isfinite(timed) else 1.0
-    compute = scale * _phase(own, "forward", "backward")
-    optimizer = scale * _phase(own, "optimizer")
-    known = compute + optimizer + (exposed if np.isfinite(exposed) else 0.0)
-    other = max(step - known, 0.0)
-    inp = float(np.nanmedian(runs["input_ms"].astype(float))) if len(runs) else np.nan
-    return Parts(step, compute, optimizer, exposed, hidden, other, inp, source, twin_step)
+__all__ = ["CATEGORIES", "Parts", "parts", "rows", "stacked", "verdict", "verdict_rows"]
 
 
 def _table(rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -168,19 +79,133 @@ def rows(ok: pd.DataFrame, twins: pd.DataFrame) -> pd.DataFrame:
     return _table(out)
 
 
+# --- the time lost, split -----------------------------------------------------------
+
+LOST_PARTS = ("compute stretch", "comm CPU", "comm wait", "optimizer", "other")
+# the verdict each part of the lost time names
+CAUSE = {
+    "compute stretch": "compute-stretched",
+    "comm CPU": "comm-CPU-bound",
+    "comm wait": "communication-bound",
+    "optimizer": "optimizer-bound",
+    "other": "overhead-bound",
+}
+SCALES = 0.10  # lost time below this share of the step: the cell scales
+ADDS_UP = 0.10  # the parts' sum within this share of the measured difference
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+    """A cell's step against a baseline's (scaled to the cell's per-worker batch), and
+    the difference in parts (ms per step)."""
+
+    against: str  # "1 worker" or the faster engine's cell
+    step: float
+    base: float
+    parts: dict[str, float]
+
+    @property
+    def lost(self) -> float:
+        return self.step - self.base
+
+    @property
+    def explained(self) -> float:
+        return float(sum(self.parts.values()))
+
+    def largest(self) -> str | None:
+        finite = {k: v for k, v in self.parts.items() if np.isfinite(v)}
+        return max(finite, key=lambda k: finite[k]) if finite else None
+
+    def adds_up(self) -> bool:
+        return abs(self.explained - self.lost) <= ADDS_UP * max(abs(self.lost), 1e-9)
+
+    def text(self) -> str:
+        split = ", ".join(f"{k} {v:+.2f}" for k, v in self.parts.items() if np.isfinite(v))
+        head = f"{self.lost:+.2f} ms vs {self.against} ({self.step:.2f} vs {self.base:.2f})"
+        share = self.explained / self.lost if self.lost else np.nan
+        tail = f"parts add up to {self.explained:+.2f} ms ({share:.0%})"
+        if not self.adds_up():
+            tail += (
+                ": the profiled phases (each marked and synchronised) do not add up to "
+                "the timed step on one side, so 'other' was held at 0"
+            )
+        return f"{head}: {split}; {tail}"
+
+
+def split(p: Parts, base: Parts, scale: float, against: str) -> Split:
+    """`p` against `base`, each of base's parts times `scale` (this cell's per-worker
+    batch over the baseline's: 1 under weak scaling)."""
+    mine = (p.compute, p.comm_cpu, p.wait, p.optimizer, p.other)
+    theirs = (base.compute, base.comm_cpu, base.wait, base.optimizer, base.other)
+    return Split(
+        against,
+        p.step,
+        scale * base.step,
+        {k: a - scale * b for k, a, b in zip(LOST_PARTS, mine, theirs, strict=True)},
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+    """A comparison's cells, for the baselines a verdict reads: each engine's 1-worker
+    cell and the fastest engine at each worker count (over the same kind of link)."""
+
+    ok: pd.DataFrame
+    twins: pd.DataFrame
+    tuned: Mapping[tuple[str, int], str] = dataclasses.field(default_factory=dict)
+
+    def _parts(self, engine: str, workers: int) -> tuple[Parts | None, pd.DataFrame]:
+        cell = self.ok[(self.ok["engine"] == engine) & (self.ok["workers"] == workers)]
+        twin = self.twins[(self.twins["engine"] == engine) & (self.twins["workers"] == workers)]
+        return (parts(cell, twin) if len(cell) else None), cell
+
+    def one_worker(self, cell: pd.DataFrame, p: Parts) -> Split | None:
+        """The cell against its engine's own 1-worker cell."""
+        engine = str(cell["single_node_engine"].iloc[0])
+        base, base_cell = self._parts(engine, 1)
+        if base is None or not np.isfinite(base.step):
+            return None
+        mine = float(cell["per_worker_batch"].iloc[0] or np.nan)
+        theirs = float(base_cell["per_worker_batch"].iloc[0] or np.nan)
+        scale = mine / theirs if np.isfinite(mine / theirs) else 1.0
+        return split(p, base, scale, "1 worker")
+
+    def fastest(self, cell: pd.DataFrame, p: Parts) -> Split | None:
+        """The cell against the fastest engine at its worker count, over the same kind of
+        link (a variant's suffix: @nodes, /rate); None when it is the fastest."""
+        engine, workers = str(cell["engine"].iloc[0]), int(cell["workers"].iloc[0])
+        suffix = engine[len(str(cell["single_node_engine"].iloc[0])) :]
+        best: tuple[float, str, Parts] | None = None
+        for other in self.ok[self.ok["workers"] == workers]["engine"].unique():
+            rest = str(other)[len(_single(self.ok, str(other))) :]
+            if other == engine or rest != suffix:
+                continue
+            q, _ = self._parts(str(other), workers)
+            if q is not None and np.isfinite(q.step) and (best is None or q.step < best[0]):
+                best = (q.step, str(other), q)
+        if best is None or best[0] >= p.step:
+            return None
+        return split(p, best[2], 1.0, f"{best[1]} x{workers}")
+
+
+def _single(ok: pd.DataFrame, engine: str) -> str:
+    return str(ok[ok["engine"] == engine]["single_node_engine"].iloc[0])
+
+
 # --- the verdict --------------------------------------------------------------------
 
 STRAGGLER_SHARE = 0.05  # a rank's extra own work, as a share of the step, to matter
-SATURATED = 0.9  # the run's own CPU use, as a share of the machine's CPUs
-OVERHEAD_UTILISATION = 0.05  # compute below this share of the measured peak: overhead
+OVERHEAD_UTILISATION = 0.05  # the step below this share of the measured peak: overhead
 STEAL_SHARE = 0.10  # CPU time the hypervisor gave other guests, to be the cause
 
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:
-    name: str  # compute-bound, communication-bound, straggler, input-bound, ...
+    name: str  # a key of advice.RULES: straggler, communication-bound, ...
     evidence: str  # the numbers behind it
-    knob: str  # what to try
+    knob: str  # what to try, each with the direction it should move the step
+    lost: Split | None = None  # against the engine's own 1-worker cell
+    behind: Split | None = None  # against the fastest engine at the same worker count
 
 
 def _straggler(runs: pd.DataFrame, step: float) -> tuple[int, str] | None:
@@ -216,72 +241,11 @@ def _straggler(runs: pd.DataFrame, step: float) -> tuple[int, str] | None:
     )
 
 
-@dataclasses.dataclass(frozen=True)
-class Cpu:
-    """Who used the CPUs while a cell was timed, medians over its runs."""
-
-    others: float  # cores other processes used on average
-    steal: float  # share of the CPU time the hypervisor gave other guests
-    own: float  # cores the run's own processes used, on the most loaded machine
-    cpus: float  # the machine's CPUs
-
-
-def _top(values: Any) -> float:
-    a = np.asarray(values, dtype=float)
-    return float(np.nanmax(a)) if np.isfinite(a).any() else np.nan
-
-
-def _mid(values: Any) -> float:
-    a = np.asarray(values, dtype=float)
-    return float(np.nanmedian(a)) if np.isfinite(a).any() else np.nan
-
-
-def _machine(
-    loads: list[dict[str, Any]], hosts: int, emulated: bool, labelled: bool
-) -> tuple[float, ...]:
-    """(others, steal, own, cpus) of one run. A labelled rank (bench run) counted every
-    process of the run on its machine already. An unlabelled one measured its own
-    launcher's tree against the whole machine; over an emulated link every namespace
-    host is this one machine, so the other hosts' trees are the run's own, not other
-    processes."""
-    if not loads:
-        return (np.nan,) * 4
-    keys = ("other_cpu_cores", "own_cpu_cores", "steal_fraction", "cpu_count")
-    others, own, steal, cpus = (
-        [
-            float(c[k])
-            if isinstance(c.get(k), int | float) and not isinstance(c.get(k), bool)
-            else np.nan
-            for c in loads
-        ]
-        for k in keys
-    )
-    if emulated and hosts > 1 and not labelled:
-        if len(loads) % hosts:  # ranks not spread evenly: who is whose cannot be told
-            return (np.nan,) * 4
-        per = len(loads) // hosts  # ranks are placed host by host
-        busy = _mid(np.add(others, own))  # the machine, as each rank saw it
-        # the hosts' trees, at most the whole machine's use (trees that share an
-        # ancestor each count the other's processes already)
-        trees = min(float(np.sum([own[h * per] for h in range(hosts)])), busy)
-        return busy - trees, _top(steal), trees, _top(cpus)
-    return _top(others), _top(steal), _top(own), _top(cpus)
-
-
-def _cpu(runs: pd.DataFrame) -> Cpu:
-    per_run = [
-        _machine(loads, int(n), bool(e), bool(lab))
-        for loads, n, e, lab in runs[["loads", "nodes", "emulated", "labelled"]].values
-    ]
-    if not per_run:
-        return Cpu(np.nan, np.nan, np.nan, np.nan)
-    return Cpu(*(_mid(col) for col in np.asarray(per_run, dtype=float).T))
-
-
-def _contended(runs: pd.DataFrame, twins: pd.DataFrame, p: Parts) -> str | None:
-    """Evidence that the CPUs were shared: with other processes, by oversubscription, or
-    with the engine's own communication threads on saturated cores."""
-    cpu = _cpu(runs)
+def _contended(runs: pd.DataFrame) -> str | None:
+    """Evidence that others shared the CPUs: other processes, the hypervisor, or more
+    compute threads than CPUs. (The CPU the engine's own communication takes is a part
+    of the time lost to scaling, `comm CPU`.)"""
+    cpu = figures.cell_cpu(runs)
     # the record's `contended` flag warns from 2% of steal; a verdict needs a real share
     if cpu.others > OTHER_CORES_LIMIT or cpu.steal > STEAL_SHARE:
         return (
@@ -291,109 +255,118 @@ def _contended(runs: pd.DataFrame, twins: pd.DataFrame, p: Parts) -> str | None:
         )
     if bool(runs["oversubscribed"].any()):
         return "more worker threads than CPUs (oversubscribed)"
-    twin_own = _cpu(twins).own
-    if not (np.isfinite(p.exposed) and np.isfinite(twin_own) and np.isfinite(cpu.own)):
-        return None
-    if cpu.own < SATURATED * cpu.cpus or p.largest() != "exposed comm":
-        return None
-    extra = cpu.own * p.step - twin_own * p.twin_step  # CPU-ms per step the collectives add
-    # on saturated cores that CPU delays the step by its share of each core, not by all of
-    # it (every worker of the machine is in `own`): that is what the exposed time can hold
-    lost = extra / cpu.cpus
-    if not np.isfinite(lost) or lost < 0.5 * p.exposed:
-        return None
-    return (
-        f"the run used {cpu.own:.2f} of {cpu.cpus:.0f} CPUs; its collectives add {extra:.2f} "
-        f"CPU-ms per step over the compute-only twin ({twin_own:.2f} CPUs), {lost:.2f} ms of "
-        f"each CPU's time, against {p.exposed:.2f} ms of exposed communication: the "
-        "engine's threads take the cores compute needs"
-    )
+    return None
 
 
-def _utilisation(runs: pd.DataFrame, p: Parts) -> float:
-    """Achieved share of the measured peak during the compute phases; NaN without a peak."""
-    r = runs.iloc[0]
-    peak = float(r["peak_gflops"]) / max(int(r["workers"]), 1)
-    flops = float(r["train_flops"]) * float(r["per_worker_batch"] or np.nan)
-    if not (np.isfinite(peak) and peak > 0 and np.isfinite(flops) and p.compute > 0):
-        return np.nan
-    return flops / (p.compute / 1e3) / 1e9 / peak
+def _layout(runs: pd.DataFrame) -> figures.Layout:
+    layout = runs["layout"].iloc[0] if "layout" in runs else None
+    return layout if isinstance(layout, figures.Layout) else figures.Layout(1, 1, 1)
 
 
-def _comm_knobs(engine: str) -> str:
-    try:
-        return engines.get(engine).comm_knobs
-    except (KeyError, ValueError):  # an engine no longer registered
-        return "larger gradient buckets"
+def _verdict(
+    name: str, runs: pd.DataFrame, evidence: str, group: Group | None = None, **splits: Any
+) -> Verdict:
+    """A verdict with its advice, checked against the cell's layout."""
+    engine = str(runs["single_node_engine"].iloc[0])
+    workers = int(runs["workers"].iloc[0])
+    tuned = group.tuned.get((figures.base_engine(engine), workers)) if group else None
+    tips = advice.advise(name, _layout(runs), engine, tuned)
+    knob = "; ".join(a.text() for a in tips) or "nothing: it scales"
+    return Verdict(name, evidence, knob, **splits)
 
 
-def verdict(cell: pd.DataFrame, twins: pd.DataFrame) -> Verdict | None:
-    """The one thing most worth changing for this cell, with its evidence."""
+def verdict(cell: pd.DataFrame, twins: pd.DataFrame, group: Group | None = None) -> Verdict | None:
+    """The one thing most worth changing for this cell, with its evidence; `group` gives
+    the baselines the time lost is measured against."""
     runs = cell[cell["breakdown"].map(bool)]
     p = parts(cell, twins)
     if p is None or not np.isfinite(p.step):
         return None
     straggler = _straggler(runs, p.step)
     if straggler is not None:
-        return Verdict(
-            "straggler",
-            straggler[1],
-            f"find what slows rank {straggler[0]} (its host, its data, its "
-            "neighbours); fewer workers per node if it shares cores",
-        )
+        return _verdict("straggler", runs, straggler[1], group)
     # batches built slower than steps run decide whatever else shares the CPUs
     if np.isfinite(p.input) and p.input >= p.step:
-        return Verdict(
-            "input-bound",
+        evidence = (
             f"building a batch takes {p.input:.2f} ms, the step {p.step:.2f} ms: "
-            "even a loader overlapping the step could not keep up",
-            "cheaper input (pre-staged or cached data, less augmentation) or more loader workers",
+            "even a loader overlapping the step could not keep up"
         )
-    contended = _contended(runs, twins, p)
+        return _verdict("input-bound", runs, evidence, group)
+    contended = _contended(runs)
     if contended is not None:
-        return Verdict(
-            "CPU-contended",
-            contended,
-            "run alone, or leave a core free: fewer threads per worker or fewer workers per node",
-        )
-    return _by_share(runs, p)
-
-
-def _by_share(runs: pd.DataFrame, p: Parts) -> Verdict:
-    """The verdict from the step's largest category (and the measured peak)."""
+        return _verdict("CPU-contended", runs, contended, group)
     if int(runs["workers"].iloc[0]) > 1 and not np.isfinite(p.exposed):
-        return Verdict("undetermined",
-                       "no compute-only twin: this cell's compute still includes waiting "
-                       "for its collectives", "run bench run without --no-comm-cost")  # fmt: skip
-    largest = p.largest()
+        evidence = (
+            "no compute-only twin: this cell's compute still includes waiting for its "
+            "collectives; run bench run without --no-comm-cost"
+        )
+        return _verdict("undetermined", runs, evidence, group)
+    if int(runs["workers"].iloc[0]) > 1 and group is not None:
+        lost = group.one_worker(runs, p)
+        if lost is not None:
+            return _scaling(runs, p, lost, group.fastest(runs, p), group)
+    return _by_share(runs, p, group)
+
+
+def _scaling(
+    runs: pd.DataFrame, p: Parts, lost: Split, behind: Split | None, group: Group
+) -> Verdict:
+    """The verdict of a multi-worker cell from the largest part of its lost time."""
+    evidence = "lost " + lost.text()
+    if behind is not None:
+        evidence += f"; behind by {behind.text()}"
+    largest = lost.largest()
+    if lost.lost < SCALES * p.step or largest is None:
+        return _verdict("scales", runs, evidence, group, lost=lost, behind=behind)
+    if largest == "comm wait":
+        evidence += f"; hidden comm {p.hidden:.2f} ms"
+    return _verdict(CAUSE[largest], runs, evidence, group, lost=lost, behind=behind)
+
+
+def _by_share(runs: pd.DataFrame, p: Parts, group: Group | None) -> Verdict:
+    """The verdict from the step's largest share (and the measured peak): a 1-worker
+    cell, or a multi-worker one whose 1-worker baseline is missing."""
     evidence = ", ".join(f"{k} {v:.0%}" for k, v in p.shares().items() if np.isfinite(v))
     evidence += f" of a {p.step:.2f} ms step"
+    workers = int(runs["workers"].iloc[0])
+    if workers > 1:
+        engine, model = str(runs["single_node_engine"].iloc[0]), str(runs["model"].iloc[0])
+        evidence += (
+            "; no 1-worker baseline, so this is the step's largest share, not what "
+            f"scaling lost: run bench run --engines {figures.base_engine(engine)} "
+            f"--workers 1 --models {model} with the same settings into the same results"
+        )
+    largest = p.largest()
     if largest is None:
         return Verdict("undetermined", "no phase was measured", "rerun with --profile-steps 10")
     if largest == "exposed comm":
-        engine = str(runs["single_node_engine"].iloc[0]).split("[")[0]
-        return Verdict("communication-bound", evidence + f"; hidden comm {p.hidden:.2f} ms",
-                       _comm_knobs(engine) + "; fewer workers per node")  # fmt: skip
-    util = _utilisation(runs, p)
+        evidence += f"; hidden comm {p.hidden:.2f} ms"
+        return _verdict("communication-bound", runs, evidence, group)
+    util = figures.utilisation(runs)
+    at = f"; {util:.1%} of the measured peak" if np.isfinite(util) else "; no peak measured"
     if largest == "other" or (np.isfinite(util) and util < OVERHEAD_UTILISATION):
-        at = f"; compute at {util:.1%} of the measured peak" if np.isfinite(util) else ""
-        return Verdict("overhead-bound", evidence + at,
-                       "a larger batch per worker: the per-step cost is fixed")  # fmt: skip
-    at = f"; {util:.0%} of the measured peak" if np.isfinite(util) else "; no peak measured"
-    return Verdict("compute-bound", evidence + at,
-                   "more threads per worker, or fp16/bf16 where the hardware has it")  # fmt: skip
+        return _verdict("overhead-bound", runs, evidence + at, group)
+    return _verdict("compute-bound", runs, evidence + at, group)
 
 
-def verdict_rows(ok: pd.DataFrame, twins: pd.DataFrame) -> pd.DataFrame:
+def verdict_rows(
+    ok: pd.DataFrame, twins: pd.DataFrame, tuned: Mapping[tuple[str, int], str] | None = None
+) -> pd.DataFrame:
+    """One verdict per cell: its name, the time lost against its 1-worker cell and the
+    fastest engine (ms per step), the evidence and what to try."""
+    group = Group(ok, twins, tuned or {})
     out: list[dict[str, Any]] = []
     for engine, workers, cell, twin in cells(ok, twins):
-        v = verdict(cell, twin)
+        v = verdict(cell, twin, group)
         if v is not None:
             out.append(
                 {
                     "engine": engine,
                     "workers": int(workers),
                     "verdict": v.name,
+                    "lost ms": v.lost.lost if v.lost else np.nan,
+                    "largest part": v.lost.largest() if v.lost else "-",
+                    "behind ms": v.behind.lost if v.behind else np.nan,
                     "evidence": v.evidence,
                     "try": v.knob,
                 }

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bench.analysis import breakdown, startup
+from bench.analysis import breakdown, figures, startup, tuning
 from bench.analysis import knobs as knob_table
 from bench.analysis.frame import DEFAULT_TARGET, frame, libraries_text
 from bench.measure import stats
@@ -188,15 +188,11 @@ REFUSED = "refused: above the measured peak"
 
 
 def _utilisation(cell: pd.DataFrame) -> str:
-    """Achieved FLOP/s over the measured peak, as a percentage; never above 100%.
-
-    Above 100% means the peak or the FLOP count is wrong, so no figure is shown.
-    """
-    achieved = cell["throughput"].median() * cell["train_flops"].iloc[0] / 1e9
-    peak = cell["peak_gflops"].median()
-    if not (np.isfinite(achieved) and np.isfinite(peak) and peak > 0):
+    """`figures.utilisation` as a percentage; never above 100%: above means the peak or
+    the FLOP count is wrong, so no figure is shown."""
+    share = figures.utilisation(cell)
+    if not np.isfinite(share):
         return "not measured"
-    share = achieved / peak
     return REFUSED if share > 1 else f"{share:.1%}"
 
 
@@ -417,9 +413,11 @@ def _protocol_notes(gdf: pd.DataFrame, others: pd.DataFrame) -> list[str]:
 
 def compare(recs: Iterable[LoadedRecord], target: float = DEFAULT_TARGET) -> list[Comparison]:
     """One comparison per distinct synchronised spec (seed aside), sorted by title."""
+    recs = list(recs)
     df = frame(recs, target)
     if df.empty:
         return []
+    tuned = tuning.rows(recs)
     out = []
     synced = df[df["grad_sync"].astype(bool)]
     twins_all = df[~df["grad_sync"].astype(bool)]
@@ -438,7 +436,8 @@ def compare(recs: Iterable[LoadedRecord], target: float = DEFAULT_TARGET) -> lis
         steps = breakdown.rows(_ok(gdf), _ok(twins))
         if not steps.empty:  # records before steps were profiled have none
             sections["where the step goes (ms)"] = steps
-            sections["verdict"] = breakdown.verdict_rows(_ok(gdf), _ok(twins))
+            measured = _tuned(tuned, str(gdf["model"].iloc[0]))
+            sections["verdict"] = breakdown.verdict_rows(_ok(gdf), _ok(twins), measured)
         _flag_oversubscribed(sections, gdf)
         notes = _notes(gdf, synced)
         if len(twins):
@@ -461,6 +460,20 @@ def compare(recs: Iterable[LoadedRecord], target: float = DEFAULT_TARGET) -> lis
             )
         )
     return sorted(out, key=lambda c: (c.title, c.machine, c.libraries))
+
+
+def _tuned(table: pd.DataFrame, model: str) -> dict[tuple[str, int], str]:
+    """What `bench tune` measured per (engine, workers) of `model`, for the verdict's
+    advice to quote: the tuned knobs and tuned / default with its interval."""
+    if table.empty:
+        return {}
+    out = {}
+    for _, r in table[table["model"] == model].iterrows():
+        knobs = r["tuned knobs"] or "its defaults"
+        out[(str(r["engine"]), int(r["workers"]))] = (
+            f"{knobs} at {r['tuned / default']:.2f} {r['ratio 95% CI']} of its defaults"
+        )
+    return out
 
 
 OVERSUB = "oversubscribed"

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from bench import records
+from bench.analysis import figures
 from bench.contract.identity import GROUP_FIELDS_V1, canonical
 from bench.core import machine
 from bench.core.units import format_rate
@@ -88,27 +89,6 @@ def synced_ok(df: pd.DataFrame) -> pd.DataFrame:
     return df[(df["status"] == Status.OK) & df["grad_sync"].astype(bool)]
 
 
-def oversubscription(r: RunRecord) -> tuple[bool, str]:
-    """(oversubscribed?, 'W workers x T threads > C CPUs') for a record.
-
-    Records written before runners computed it are judged from the machine's CPU
-    count (marked 'inferred'); multi-node ones are not judged.
-    """
-    budget: Mapping[str, Any] = r.get("cpu_budget") or {}
-    if "oversubscribed" in r and budget:
-        w, t, c = (budget.get(k) for k in ("workers_on_host", "threads_per_worker", "usable_cpus"))
-        return bool(r["oversubscribed"]), f"{w} workers x {t} threads > {c} CPUs"
-    cpus = (r.get("env") or {}).get("cpu_count")
-    threads = (r.get("spec") or {}).get("threads") or 1
-    workers = r.get("world_size") or 1
-    if not cpus or (r.get("nodes") or 1) > 1:
-        return False, ""
-    return (
-        workers * threads > cpus,
-        f"{workers} workers x {threads} threads > {cpus} CPUs (inferred)",
-    )
-
-
 def _title(spec: Spec) -> str:
     batch = "per worker" if spec.get("scaling") == "weak" else "global"
     steps = f"{spec.get('epochs')} epochs" + (
@@ -145,33 +125,10 @@ def variant(r: RunRecord) -> str:
     )
 
 
-def peak_capacity(r: RunRecord) -> float:
-    """GFLOP/s all of a run's workers could reach at the measured peak; NaN if unmeasured.
-
-    Each worker's threads at the peak measured with that many threads, as far as the
-    machine's CPUs go: workers sharing cores share their peak (namespaces of an
-    emulated link all share this one machine). One GPU per worker on a GPU.
-    """
-    peak: Mapping[str, Any] = r.get("peak") or {}
-    gflops = peak.get("gflops")
-    if not isinstance(gflops, int | float) or gflops <= 0:
-        return np.nan
-    workers = int(r.get("world_size") or 1)
-    if peak.get("device") == "cuda":
-        return float(gflops) * workers
-    budget: Mapping[str, Any] = r.get("cpu_budget") or {}
-    threads = int(peak.get("threads") or 1)
-    cpus = int(budget.get("usable_cpus") or (r.get("env") or {}).get("cpu_count") or threads)
-    emulated = isinstance(r.get("link"), dict) and bool(r["link"].get("emulated"))
-    machines = 1 if emulated else int(r.get("nodes") or 1)
-    per_machine = workers / machines
-    return float(gflops) * machines * min(per_machine, cpus / threads)
-
-
 def _why_columns(r: RunRecord) -> dict[str, Any]:
     """Utilisation, start-up, cost and energy inputs of one run."""
     return {
-        "peak_gflops": peak_capacity(r),  # all workers at the machine's measured peak
+        "peak_gflops": figures.peak_capacity(r),  # all workers at the measured peak
         "startup": _startup(r),  # launch to first timed step (bench/analysis/startup.py)
         "nodes": int(r.get("nodes") or 1),
         "energy": r.get("energy") if isinstance(r.get("energy"), dict) else {},
@@ -179,19 +136,12 @@ def _why_columns(r: RunRecord) -> dict[str, Any]:
         "breakdown": _breakdown(r),
         "global_batch": r.get("global_batch"),
         "per_worker_batch": r.get("per_worker_batch"),
-        "loads": [c for c in r.get("contention") or [] if isinstance(c, dict)],
-        "labelled": labelled(r),
-        # every host a namespace of this one machine (bench/launch/netns.py)
-        "emulated": isinstance(r.get("link"), dict) and bool(r["link"].get("emulated")),
+        # who used the CPUs while it was timed, per rank (bench/analysis/figures.py)
+        "cpu": figures.rank_cpu(r),
+        # how its workers shared one machine's CPUs (the verdict's advice is checked on it)
+        "layout": figures.layouts(r)[0],
+        "step_s": figures.step_s(r),
     }
-
-
-def labelled(r: Mapping[str, Any]) -> bool:
-    """Launched by bench run (an `attempt` label): each rank's own CPU is then every
-    process of the run on its machine, not its launcher's tree alone
-    (bench/measure/contention.py)."""
-    labels = r.get("labels")
-    return isinstance(labels, dict) and bool(labels.get("attempt"))
 
 
 def _breakdown(r: RunRecord) -> dict[str, Any]:
@@ -243,7 +193,7 @@ def _row(r: LoadedRecord, target: float) -> dict[str, Any]:
     res = r.get("resources") or {}
     flops: Mapping[str, Any] = r.get("flops_per_sample") or {}
     machine, libraries = _context(r)
-    oversub, budget = oversubscription(r)
+    oversub, budget = figures.oversubscription(r)
     engine = variant(r)
     protocol = records.protocol_version(r)
     return {

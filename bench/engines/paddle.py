@@ -59,6 +59,8 @@ ENTRY = EngineEntry(
     build=paddle_launch,
     launched_by=(("PADDLE_TRAINER_ID", "paddle.distributed.launch"),),
     check_spec=check_spec,
+    # DataParallel's allreduce over Gloo runs synchronously inside backward
+    comm_inside_backward=True,
     comm_knobs="a larger --bucket-mb (Paddle's comm_buffer_size)",
     tune_grid=tuple({"bucket_mb": b} for b in (1.0, 25.0, 100.0)),
     colour="#2ca02c",

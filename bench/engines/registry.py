@@ -156,6 +156,13 @@ class EngineEntry:
     # its training step waits for a collective by polling, not by blocking: on cores
     # shared by more threads the wait keeps taking CPU (bench predict's sharing point)
     waits_spin: bool = False
+    # threads per worker it keeps busy beside compute while it communicates (Gloo's
+    # worker thread, Horovod's background thread, Paddle's): what advice counts against
+    # the CPUs before suggesting more threads or workers
+    comm_threads: int = 1
+    # its collectives run synchronously inside backward, so none of their time can be
+    # hidden behind computation (Paddle's allreduce over Gloo)
+    comm_inside_backward: bool = False
     # the option that makes it write its own trace into a cell's log folder
     # (`bench run --hvd-timeline`), or None where it has none
     trace_option: Callable[[Path], str] | None = None

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 import models
+from bench.analysis import figures
 from bench.analysis import frame as runs
 from bench.analysis.predict.model import (
     Fit,
@@ -69,14 +70,8 @@ def classes_of(rec: RunRecord) -> int:
 
 
 def run_step_s(rec: RunRecord) -> float | None:
-    """One run's step time: global batch over its median window's throughput."""
-    batch = rec.get("global_batch") or 0
-    windows = [
-        w for w in rec.get("window_throughput") or [] if isinstance(w, int | float) and w > 0
-    ]
-    if not windows and rec.get("throughput"):
-        windows = [rec["throughput"]]  # type: ignore[list-item]
-    return batch / float(np.median(windows)) if batch and windows else None
+    """One run's step time, as the model fits it (`figures.median_window_step_s`)."""
+    return figures.median_window_step_s(rec)
 
 
 def run_cpu_s(rec: RunRecord, step_s: float) -> float | None:
@@ -84,32 +79,13 @@ def run_cpu_s(rec: RunRecord, step_s: float) -> float | None:
 
     A rank's `own_cpu_cores` is not its own: it is every process of the run that it
     could see (bench/measure/contention.py), shared among the workers those were
-    (`workers_counted`). Read as one worker's, a 2-worker run's communication CPU was
-    counted twice.
+    (`figures.workers_counted`). Read as one worker's, a 2-worker run's communication
+    CPU was counted twice.
     """
-    ranks = [c for c in rec.get("contention") or [] if isinstance(c, dict)]
-    cores = [c.get("own_cpu_cores") for c in ranks]
-    if not cores or not all(isinstance(c, int | float) and not isinstance(c, bool) for c in cores):
+    per_worker = figures.rank_cpu(rec)["per_worker"]
+    if not per_worker or not all(np.isfinite(per_worker)):
         return None
-    counted = workers_counted(rec, len(cores))
-    per_worker = [float(c) / n for c, n in zip(cores, counted, strict=True)]  # type: ignore[arg-type]
     return float(np.mean(per_worker)) * step_s
-
-
-def workers_counted(rec: RunRecord, ranks: int) -> list[int]:
-    """For each rank, the workers whose CPU its `own_cpu_cores` holds.
-
-    A run `bench run` launched carries an `attempt` label, and each rank counted every
-    process with it on its machine: the ranks that share its host name (every
-    namespace of one machine shares it). Without the label a rank counted its
-    launcher's tree: the workers its launcher started on that host."""
-    machine, per_host = layouts(rec)
-    if not runs.labelled(rec):
-        return [per_host.workers] * ranks
-    hosts = rec.get("hosts")
-    if isinstance(hosts, list) and len(hosts) == ranks and all(isinstance(h, str) for h in hosts):
-        return [hosts.count(h) for h in hosts]
-    return [machine.workers] * ranks
 
 
 def burst_of(rec: RunRecord) -> float:
@@ -134,19 +110,13 @@ def spec_key(spec: Mapping[str, Any]) -> str:
 
 
 def layouts(rec: RunRecord) -> tuple[Layout, Layout]:
-    """(machine, hosts): how the run's workers shared CPUs, and how the launcher placed them.
-
-    Emulated links run every namespace on this one machine, so there the machine holds
-    the whole world while each host (namespace) holds its share.
-    """
-    budget: Mapping[str, Any] = rec.get("cpu_budget") or {}
-    world = int(rec.get("world_size") or 1)
-    threads = int(budget.get("threads_per_worker") or (rec.get("spec") or {}).get("threads") or 1)
-    cpus = int(budget.get("usable_cpus") or (rec.get("env") or {}).get("cpu_count") or 1)
-    per_host = int(budget.get("workers_on_host") or max(world // int(rec.get("nodes") or 1), 1))
-    hosts = Layout(per_host, cpus, threads)
-    emulated = isinstance(rec.get("link"), dict) and bool(rec["link"].get("emulated"))
-    return (Layout(world, cpus, threads) if emulated else hosts), hosts
+    """(machine, hosts) as the model reads them: `figures.layouts` without the engine's
+    communication threads, which the model's CPU term measures instead."""
+    machine, hosts = figures.layouts(rec)
+    return (
+        dataclasses.replace(machine, engine_threads=0),
+        dataclasses.replace(hosts, engine_threads=0),
+    )
 
 
 # A draw's t is clipped here: with two units t has one degree of freedom (a Cauchy),

@@ -29,6 +29,7 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 
+from bench.analysis.figures import Layout
 from bench.core.errors import PredictError
 
 # exposed communication at or below this share of the modelled communication reads as
@@ -39,29 +40,6 @@ CENSOR_SHARE = 0.05
 def ring_factor(workers: int) -> float:
     """The share 2(n-1)/n of the buffer each worker sends (and receives) in a ring all-reduce."""
     return 2 * (workers - 1) / workers if workers > 1 else 0.0
-
-
-@dataclasses.dataclass(frozen=True)
-class Layout:
-    """Workers sharing one machine's CPUs: `workers` x `threads` against `cpus`."""
-
-    workers: int
-    cpus: int
-    threads: int
-
-    @property
-    def demand(self) -> float:
-        return self.workers * self.threads / self.cpus
-
-    @property
-    def shared(self) -> bool:
-        """No spare core for the engine's communication threads: they take CPU from compute."""
-        return self.demand >= 1
-
-    @property
-    def oversubscription(self) -> float:
-        """How much slower each worker's compute runs than with a core per thread."""
-        return max(1.0, self.demand)
 
 
 @dataclasses.dataclass(frozen=True)
