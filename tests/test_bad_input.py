@@ -102,7 +102,7 @@ def _bench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]
     [
         (
             ["--engines", "mxnet"],
-            "'mxnet' is not a valid Engine; engines are: horovod, ddp, paddle",
+            "--engines: unknown engine 'mxnet'; engines are: horovod, ddp, paddle (",
         ),
         (["--workers", "0"], "workers must be integers >= 1"),
         (

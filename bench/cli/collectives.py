@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bench import engines, records
 from bench.analysis import busbw
-from bench.cli.common import EXIT_BAD_INPUT, stop_on_signals, stopped_status
+from bench.cli.common import EXIT_BAD_INPUT, engine_names, stop_on_signals, stopped_status
 from bench.core.errors import BenchError, Interrupted
 from bench.launch import netns
 from bench.sweep import allreduce
@@ -24,7 +24,7 @@ FORMATTER = argparse.ArgumentDefaultsHelpFormatter
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     every = ",".join(e.value for e in engines.Engine)
-    p.add_argument("--engines", default=every, help=f"comma list of {every}")
+    p.add_argument("--engines", type=engine_names, default=every, help=f"comma list of {every}")
     p.add_argument("--workers", default="2", help="worker counts, comma list")
     p.add_argument(
         "--sizes",
@@ -54,7 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         plan = Plan.parse(
-            engines=args.engines,
+            engines=",".join(args.engines),
             workers=args.workers,
             sizes=args.sizes,
             iters=args.iters,

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from bench import engines
 from bench.core.errors import Interrupted
 from bench.records import Loaded
 
@@ -37,11 +39,36 @@ def comma_list(kind: type) -> Callable[[str], tuple[object, ...]]:
         try:
             return tuple(kind(part.strip()) for part in text.split(",") if part.strip())
         except ValueError:
+            plural = {int: "integers", float: "numbers"}.get(kind, kind.__name__)
+            example = {int: ", e.g. 1,2", float: ", e.g. 0.5,1"}.get(kind, "")
             raise argparse.ArgumentTypeError(
-                f"expected a comma-separated list of {kind.__name__}, got {text!r}"
+                f"expected a comma-separated list of {plural}{example}; got {text!r}"
             ) from None
 
     return parse
+
+
+def engine_names(text: str) -> tuple[str, ...]:
+    """An argparse type: a comma list of registered engines, one line naming a wrong one."""
+    every = engines.names()
+    known = [str(e) for e in engines.Engine]
+    names = tuple(part.strip() for part in text.split(",") if part.strip())
+    for name in names:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise argparse.ArgumentTypeError(f"unknown engine {name!r}{hint}; engines are: {every}")
+    return names
+
+
+def tidy_spec_help(p: argparse.ArgumentParser, hidden: Sequence[str] = ()) -> None:
+    """The run-spec flags' help as `p` prints it: one default each (a help text that states
+    its own keeps that one), and the flags in `hidden` (refused by this command) unlisted."""
+    for action in p._actions:
+        if action.dest in hidden:
+            action.help = argparse.SUPPRESS
+        elif action.help and action.help.count("(default: ") > 1:
+            action.help = action.help[: action.help.rindex(" (default: ")]
 
 
 @contextlib.contextmanager
@@ -73,11 +100,37 @@ def stopped_status(exc: BaseException) -> tuple[str, int]:
 def report_skipped(loaded: Loaded) -> None:
     """Tell the user, on stderr, every line and folder a load passed over."""
     for problem in loaded.problems:
+        if problem.line == 0 and problem.message == "no such file or directory":
+            # a path, not a line of a file: said plainly, with what to check
+            print(f"skipped {problem.path}: it does not exist (check the path)", file=sys.stderr)
+            continue
         print(f"skipped: {problem}", file=sys.stderr)
     for folder in loaded.skipped:
         print(
             f"skipped: {folder} (committed reference records; name it to read it)", file=sys.stderr
         )
+
+
+def not_records(paths: Sequence[str]) -> str | None:
+    """Why a named file is no results file (records are JSON lines, `*.jsonl`), or None.
+
+    Checked before reading, so that `bench compare README.md` says so once and leaves no
+    summary cache beside README.md."""
+    for name in paths:
+        path = Path(name)
+        if path.suffix == ".jsonl" or not path.is_file():
+            continue
+        try:
+            with path.open("rb") as f:
+                first = f.readline(4096).strip()
+        except OSError:
+            continue  # the load reports it
+        if not first.startswith(b"{"):
+            return (
+                f"{name} is not a results file: records are JSON lines (*.jsonl), one per run; "
+                "name a results folder (e.g. results/) or its runs.jsonl"
+            )
+    return None
 
 
 def write_file(path: Path, text: str, figures: Sequence[bytes] = ()) -> int:

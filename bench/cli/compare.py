@@ -9,7 +9,13 @@ from pathlib import Path
 
 from bench import records
 from bench.analysis import cost, frame, regress, render
-from bench.cli.common import DEFAULT_TARGET, EXIT_BAD_INPUT, report_skipped, write_file
+from bench.cli.common import (
+    DEFAULT_TARGET,
+    EXIT_BAD_INPUT,
+    not_records,
+    report_skipped,
+    write_file,
+)
 from bench.core.errors import CheckError, InputError
 
 DESCRIPTION = (
@@ -116,6 +122,10 @@ def print_tables(
     price: cost.Price | None = None,
 ) -> int:
     """Print the comparison of the records under `paths` (and write it under `out_dir`)."""
+    wrong = not_records(paths)
+    if wrong:
+        print(f"error: {wrong}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     # Tables need no per-step arrays: read cached summaries; the html report plots them.
     loaded = records.load(paths) if fmt == "html" else records.load_summaries(paths)
     report_skipped(loaded)
@@ -159,6 +169,10 @@ def _diff(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     sets = []
     for path in (args.base, args.new):
+        wrong = not_records([path])
+        if wrong:
+            print(f"error: {wrong}", file=sys.stderr)
+            return EXIT_BAD_INPUT
         loaded = records.load_summaries([path])
         report_skipped(loaded)
         sets.append(loaded.records)

@@ -14,10 +14,17 @@ from typing import Any
 
 from bench import engines, records
 from bench.cli import compare
-from bench.cli.common import EXIT_BAD_INPUT, comma_list, stop_on_signals, stopped_status
+from bench.cli.common import (
+    EXIT_BAD_INPUT,
+    comma_list,
+    engine_names,
+    stop_on_signals,
+    stopped_status,
+    tidy_spec_help,
+)
 from bench.contract.flags import add_spec_flags, spec_from_args
 from bench.contract.spec import RunSpec
-from bench.core.errors import BenchError, Interrupted, SweepError
+from bench.core.errors import BenchError, Interrupted, SpecError, SweepError
 from bench.launch import slurm
 from bench.launch.cluster import DEFAULT_REMOTE_SHELL
 from bench.measure import contention, peak
@@ -49,12 +56,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--no-compare", action="store_true", help="do not print the comparison at the end"
     )
     add_spec_flags(p)
+    # a sweep takes --models and --datasets; --model and --dataset parse only to be refused
+    tidy_spec_help(p, hidden=("model", "dataset"))
 
 
 def _sweep_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--engines",
-        type=comma_list(str),
+        type=engine_names,
         help=f"comma list of {','.join(engines.Engine)} (default: all). An engine not installed "
         "here has its cells recorded as unavailable, the others run; exit status 1 if it was named",
     )
@@ -200,7 +209,25 @@ def sweep_inputs(args: argparse.Namespace) -> tuple[SweepConfig, RunSpec, submit
                 f"write `{many} = [{json.dumps(spec_fields[one])}]` at the top level instead"
             )
     base = spec_from_args(args, RunSpec.from_dict(spec_fields))
+    _check_base(base, args)
     return config, base, job
+
+
+def _check_base(base: RunSpec, args: argparse.Namespace) -> None:
+    """The spec every cell starts from, checked once and blamed on what the user typed:
+    `--bucket-mb must be > 0`, not one cell by its field name."""
+    try:
+        base.validate()
+    except SpecError as exc:
+        message = str(exc)
+        field = message.split(" ", 1)[0].split("=", 1)[0]
+        if field not in RunSpec.__dataclass_fields__:
+            raise
+        flag = "--" + field.replace("_", "-")
+        where = flag if getattr(args, field, None) is not None else f"[spec] {field}"
+        if where.startswith("[spec]") and args.config:
+            where = f"config file {args.config}: {where}"
+        raise SweepError(where + message[len(field) :]) from None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -58,7 +58,8 @@ class Engine(str, metaclass=_EngineType):
     def __new__(cls, name: object) -> Engine:
         entry = _REGISTRY.get(name) if isinstance(name, str) else None
         if entry is None:
-            raise ValueError(f"{name!r} is not a valid Engine; engines are: {names()}")
+            # the registered names are added once, by whoever reports it (names())
+            raise ValueError(f"{name!r} is not a valid Engine")
         return entry.engine
 
     @classmethod
@@ -208,7 +209,7 @@ def get(engine: Engine | str) -> EngineEntry:
     try:
         return _REGISTRY[str(engine)]
     except KeyError:
-        raise ValueError(f"{str(engine)!r} is not a valid Engine; engines are: {names()}") from None
+        raise ValueError(f"{str(engine)!r} is not a valid Engine") from None
 
 
 def waits_spin(engine: str) -> bool:
