@@ -169,8 +169,11 @@ def test_export_is_read_by_pytest_benchmark(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert hist.returncode == 0, hist.stderr
-    svgs = list(tmp_path.glob("h-*.svg"))
-    assert len(svgs) == 1 and "<svg" in svgs[0].read_text()
+    svgs = sorted(tmp_path.glob("h-*.svg"))
+    # one group (and histogram) per worker count: a 2-worker step is never ranked
+    # against 1-worker steps
+    assert len(svgs) == 2 and all("<svg" in svg.read_text() for svg in svgs)
+    assert "1_worker" in svgs[0].name and "2_workers" in svgs[1].name
 
 
 def _bench_compare(*args: str) -> subprocess.CompletedProcess[str]:

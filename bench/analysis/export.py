@@ -1,9 +1,13 @@
 """`bench export --pytest-benchmark FILE`: records in pytest-benchmark's JSON format.
 
 One benchmark per cell (comparison, engine, workers); its "rounds" are the
-training steps of every ok run of that cell, each step's time being the slowest
-rank's (a data-parallel step is done when every rank is). `pytest-benchmark
-compare FILE ...` then reads sweeps like its own runs.
+training steps of every ok run of that cell, pooled (`extra_info.pooled_runs` says
+how many runs; `bench compare` keeps them apart), each step's time being the slowest
+rank's (a data-parallel step is done when every rank is). Cells are grouped by
+model and worker count, so `pytest-benchmark compare` ranks a 2-worker step only
+against other 2-worker steps. OPS is samples/s (the global batch over the mean
+step), not steps/s; `extra_info.ops_unit` says so. `pytest-benchmark compare
+FILE ...` then reads sweeps like its own runs.
 """
 
 from __future__ import annotations
@@ -75,8 +79,12 @@ def _benchmark(group: str, engine: str, workers: int, runs: list[LoadedRecord]) 
     spec = runs[0]["spec"]
     model, dataset = spec.get("model", "?"), spec.get("dataset", "?")
     name = f"train_step[{model}-{dataset}-{engine}-np{workers}]"
+    batch = _global_batch(runs[0], workers)
+    stats = _stats(steps)
+    if batch and stats["mean"] > 0:
+        stats["ops"] = float(batch) / stats["mean"]  # samples/s, as bench compare counts
     return {
-        "group": f"{model}/{dataset} ({group})",
+        "group": f"{model}/{dataset} {workers} worker{'s' if workers > 1 else ''} ({group})",
         "name": name,
         "fullname": f"bench::{group}::{name}",
         "params": {"engine": engine, "workers": workers},
@@ -86,7 +94,10 @@ def _benchmark(group: str, engine: str, workers: int, runs: list[LoadedRecord]) 
             "workers": workers,
             "model": model,
             "dataset": dataset,
-            "global_batch": runs[0].get("global_batch"),
+            "global_batch": batch,
+            "ops_unit": "samples/s" if batch else "steps/s",
+            "pooled_runs": len(runs),
+            "rounds_are": f"timed steps of {len(runs)} run(s), pooled; slowest rank's time",
             "samples_per_s_median": float(np.median([r["throughput"] for r in runs])),
             "versions": (runs[0].get("env") or {}).get("libraries", {}),
             "machine": machine_key(runs[0].get("env") or {}),
@@ -100,8 +111,19 @@ def _benchmark(group: str, engine: str, workers: int, runs: list[LoadedRecord]) 
             "min_time": 0.0,
             "warmup": False,
         },
-        "stats": _stats(steps),
+        "stats": stats,
     }
+
+
+def _global_batch(record: LoadedRecord, workers: int) -> int | None:
+    """Samples per step over all workers: the record's, else from its spec's scaling."""
+    if record.get("global_batch"):
+        return int(record["global_batch"])
+    spec = record.get("spec") or {}
+    batch = spec.get("batch_size")
+    if not isinstance(batch, int):
+        return None
+    return batch * workers if spec.get("scaling", "weak") == "weak" else batch
 
 
 def _machine_info(env: Mapping[str, Any]) -> dict[str, Any]:
@@ -130,5 +152,6 @@ def _commit_info(env: Mapping[str, Any]) -> dict[str, Any]:
 
 def write(recs: Sequence[LoadedRecord], path: str | Path) -> int:
     data = to_pytest_benchmark(recs)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)  # as `bench compare --out` does
     Path(path).write_text(json.dumps(data, indent=1))
     return len(data["benchmarks"])

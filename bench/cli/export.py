@@ -7,9 +7,14 @@ import sys
 
 from bench import records
 from bench.analysis import export
-from bench.cli.common import EXIT_BAD_INPUT, report_skipped
+from bench.cli.common import EXIT_BAD_INPUT, not_records, report_skipped
 
-DESCRIPTION = "Write the training records under PATHS in another tool's format."
+DESCRIPTION = (
+    "Write the training records under PATHS in another tool's format. pytest-benchmark: one "
+    "benchmark per engine and worker count, grouped by model and worker count; its rounds "
+    "are every run's timed steps pooled (the count of runs is in extra_info), its OPS "
+    "samples/s."
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -23,6 +28,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    wrong = not_records(args.paths)
+    if wrong:
+        print(f"error: {wrong}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     loaded = records.load(args.paths)
     report_skipped(loaded)
     try:
