@@ -7,8 +7,10 @@ names that cause and no other.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,10 +22,12 @@ import pytest
 from bench import records
 from bench.analysis import breakdown, compare, figures, render
 from bench.analysis.frame import frame
+from bench.engines import Engine
 from bench.launch import netns
+from bench.measure import timeline
 from bench.measure.contention import OTHER_CORES_LIMIT
 from runners.adapters.base import union_seconds
-from tests.conftest import run_bench
+from tests.conftest import ok_record, run_bench, run_engine
 
 
 def test_union_of_collective_intervals_counts_overlaps_once() -> None:
@@ -402,13 +406,21 @@ def test_a_busy_neighbour_makes_the_cell_cpu_contended(
     assert _verdicts(tmp_path) == {("ddp", 1): "CPU-contended"}
 
 
+@pytest.fixture(scope="module")
+def every_engine_profiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Each engine and its compute-only twin at 2 workers, profiled and traced (the
+    defaults), Horovod with its timeline armed: one sweep, read by the tests below."""
+    results = tmp_path_factory.mktemp("profiled")
+    _sweep(results, "--engines", "horovod,ddp,paddle", "--workers", "2", "--models", "mlp",
+           "--max-steps", "20", "--engine-option", "horovod:comm_timeline=true")  # fmt: skip
+    return results
+
+
 @pytest.mark.distributed
 def test_profiled_steps_come_after_the_timed_ones_and_every_engine_records_them(
-    tmp_path: Path,
+    every_engine_profiled: Path, tmp_path: Path
 ) -> None:
-    _sweep(tmp_path, "--engines", "horovod,ddp,paddle", "--workers", "2", "--models", "mlp",
-           "--max-steps", "20", "--engine-option", "horovod:comm_timeline=true")  # fmt: skip
-    recs = records.load([tmp_path]).records
+    recs = records.load([every_engine_profiled]).records
     assert len(recs) == 6  # each engine and its compute-only twin
     for r in recs:
         b = r["breakdown"]
@@ -429,11 +441,59 @@ def test_profiled_steps_come_after_the_timed_ones_and_every_engine_records_them(
     table = compare.compare(recs)[0].sections["where the step goes (ms)"]
     # the armed timeline costs Horovod's timed steps: such runs are their own variant
     assert set(table["engine"]) == {"horovod[comm_timeline=true]", "ddp", "paddle"}
-    # --profile-steps 0: no breakdown, the same timed steps
+    # --profile-steps 0: no breakdown and no trace, the same timed steps
     off = tmp_path / "off"
     _sweep(off, "--engines", "ddp", "--workers", "2", "--models", "mlp", "--max-steps", "20",
            "--no-comm-cost", "--profile-steps", "0")  # fmt: skip
     (rec,) = records.load([off]).records
     (ddp,) = [r for r in recs if r["engine"] == "ddp" and r["spec"]["grad_sync"]]
-    assert "breakdown" not in rec and rec["timed_steps"] == ddp["timed_steps"]
+    assert "breakdown" not in rec and "traces" not in rec
+    assert rec["timed_steps"] == ddp["timed_steps"]
     assert frame([rec])["breakdown"].iloc[0] == {}
+
+
+PROFILERS = {"ddp": "torch.profiler", "horovod": "torch.profiler", "paddle": "paddle.profiler"}
+# the category of a range the program opened: torch's record_function, Paddle's RecordEvent
+USER_RANGES = ("user_annotation", "PythonUserDefined")
+
+
+@pytest.mark.distributed
+def test_every_engine_keeps_a_trace_its_viewer_opens(every_engine_profiled: Path) -> None:
+    """A profiled run traces 3 more steps under its engine's profiler: a Chrome-trace JSON
+    in the cell's log folder, named in the record, with a range per phase."""
+    for r in records.load([every_engine_profiled]).records:
+        engine, synced = r["engine"], r["spec"]["grad_sync"]
+        trace, *more = r["traces"]
+        assert (trace["tool"], trace["format"]) == (PROFILERS[engine], "chrome-json")
+        assert trace["steps"] == 3 and trace["ranks"] == [0]
+        path = every_engine_profiled / trace["path"]  # relative to the results folder
+        assert path.parent.resolve() == Path(r["labels"]["log_dir"]).resolve()
+        events = json.loads(path.read_text())["traceEvents"]
+        # the ranges the suite opened, one per phase a traced step; Paddle's export
+        # appends each one's duration to its name ("forward[1.234 ms]")
+        named = Counter(str(e["name"]).split("[")[0] for e in events if e.get("cat") in USER_RANGES)
+        for phase in ("step", "forward", "backward", "optimizer"):
+            assert named[phase] == 3, (engine, phase, named)
+        if engine == "horovod" and synced:  # the armed timeline, over the same steps
+            (hvd,) = more
+            assert (hvd["tool"], hvd["format"]) == ("horovod timeline", "chrome-json-array")
+            assert hvd["steps"] == 3
+            spans = timeline.spans(every_engine_profiled / hvd["path"])
+            assert spans and all(b >= a for a, b in spans)
+        else:
+            assert more == []
+
+
+@pytest.mark.distributed
+def test_a_run_started_by_hand_keeps_its_trace_beside_its_results(tmp_path: Path) -> None:
+    """Without `bench run`'s log folder the trace goes to traces/<run id>/ beside the
+    results file; --trace-all-ranks keeps every rank's, named by its rank."""
+    args = ["--model", "mlp", "--max-steps", "12", "--profile-steps", "2", "--trace-steps", "2",
+            "--trace-all-ranks"]  # fmt: skip
+    rec = ok_record(*run_engine(Engine.DDP, 2, args, tmp_path))
+    (trace,) = rec["traces"]
+    assert trace["path"] == f"traces/{rec['run_id']}/torch-trace.rank0.json"
+    assert trace["steps"] == 2 and trace["ranks"] == [0, 1]
+    for rank in (0, 1):
+        path = tmp_path / trace["path"].replace("rank0", f"rank{rank}")
+        assert json.loads(path.read_text())["traceEvents"]

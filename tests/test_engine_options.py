@@ -43,6 +43,10 @@ def test_horovod_timeline_and_autotune_are_recorded(tmp_path: Path) -> None:
     assert rec["engine_options"] == {"autotune": "true"}  # the path is not a training setting
     summary = rec["timeline"]
     assert summary["path"] == str(timeline) and timeline.is_file()
+    # named with the run's other traces, relative to the results folder it lies in
+    (trace,) = rec["traces"]
+    assert trace["path"] == "timeline.json" and trace["ranks"] == [0]
+    assert (trace["tool"], trace["format"]) == ("horovod timeline", "chrome-json-array")
     assert summary["activities_ms"]["NEGOTIATE_ALLREDUCE"] > 0
     assert summary["per_step_ms"]["allreduce"] > 0
     # compare keeps autotuned runs apart from plain runs of the same engine

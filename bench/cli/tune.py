@@ -54,8 +54,8 @@ def run(args: argparse.Namespace) -> int:
         settings = {"engines": args.engines.split(","), "workers": [args.workers],
                     "models": [base.model],
                     "repeats": 1, "timeout": args.timeout, "comm_cost": False,
-                    **{k: getattr(args, k) for k in ("window_steps", "target_ci",
-                                                     "measure_cap_s", "profile_steps")
+                    **{k: getattr(args, k) for k in ("window_steps", "target_ci", "measure_cap_s",
+                                                     "profile_steps", "trace_steps")
                        if getattr(args, k) is not None}}  # fmt: skip
         config = SweepConfig.from_dict(settings)
         if args.trial_steps <= base.warmup_steps:

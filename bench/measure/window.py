@@ -33,13 +33,16 @@ class Measure:
     the timed seconds reach `cap_s`; 0 turns the extension off. Then `profile_steps`
     more steps are timed phase by phase (forward, backward, optimizer, communication:
     runners/protocol/profile.py) for the step breakdown; they come after every timed
-    window, so they never touch a reported throughput; 0 turns them off.
+    window, so they never touch a reported throughput; 0 turns them off. After those,
+    `trace_steps` more run under the engine's own profiler, for a trace its viewer opens
+    (runners/protocol/trace.py); 0, or no profiled steps, turns that off.
     """
 
     window_steps: int = 10
     target_ci: float = 0.02
     cap_s: float = 3.0  # the default sweep (54 runs) stays under 10 minutes on 2 cores
     profile_steps: int = 10
+    trace_steps: int = 3
 
     def check(self) -> Measure:
         if self.window_steps < 1:
@@ -52,12 +55,14 @@ class Measure:
             raise InputError(
                 f"--profile-steps must be >= 0 (0: no breakdown), got {self.profile_steps}"
             )
+        if self.trace_steps < 0:
+            raise InputError(f"--trace-steps must be >= 0 (0: no trace), got {self.trace_steps}")
         return self
 
 
 def add_measure_flags(parser: argparse.ArgumentParser) -> None:
-    """--window-steps, --target-ci, --measure-cap-s and --profile-steps (runners and `bench
-    run` alike)."""
+    """--window-steps, --target-ci, --measure-cap-s, --profile-steps and --trace-steps
+    (runners and `bench run` alike)."""
     d = Measure()
     group = parser.add_argument_group("measurement (changes no trained number)")
     group.add_argument(
@@ -86,6 +91,14 @@ def add_measure_flags(parser: argparse.ArgumentParser) -> None:
         help="after the timed windows, time this many steps phase by phase for the step "
         f"breakdown (never part of a throughput); 0: off (default: {d.profile_steps})",
     )
+    group.add_argument(
+        "--trace-steps",
+        type=int,
+        default=None,
+        help="after the profiled steps, run this many under the engine's own profiler and "
+        "keep its trace (Chrome-trace JSON, named in the record's traces); 0, or "
+        f"--profile-steps 0: off (default: {d.trace_steps})",
+    )
 
 
 def measure_from_args(args: argparse.Namespace) -> Measure:
@@ -95,5 +108,6 @@ def measure_from_args(args: argparse.Namespace) -> Measure:
         "target_ci": getattr(args, "target_ci", None),
         "cap_s": getattr(args, "measure_cap_s", None),
         "profile_steps": getattr(args, "profile_steps", None),
+        "trace_steps": getattr(args, "trace_steps", None),
     }
     return Measure(**{k: v for k, v in given.items() if v is not None}).check()

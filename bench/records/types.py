@@ -340,6 +340,20 @@ class Link(TypedDict, total=False):
     latency: str
 
 
+class Trace(TypedDict, total=False):
+    """A trace a run kept, for its engine's viewer (Perfetto, chrome://tracing): the
+    profiler's traced steps (runners/protocol/trace.py) or Horovod's timeline."""
+
+    # relative to the folder of the results file when inside it; rank 0's file, rank N's
+    # beside it with N in its name
+    path: str
+    format: str  # chrome-json (an object with traceEvents) | chrome-json-array (Horovod's)
+    tool: str  # torch.profiler | paddle.profiler | horovod timeline
+    steps: Count  # the steps it covers
+    ranks: list[Count]  # the ranks that wrote a file of it
+    error: str  # why no file was kept (the run itself went on)
+
+
 class RunFields(TypedDict, total=False):
     """The fields of a record that a run may lack (a failed one stops at what it had);
     what a writer fills in after `records.new_record`, any subset at a time."""
@@ -396,6 +410,7 @@ class RunFields(TypedDict, total=False):
     startup: dict[str, Any]  # launch to first timed step, in phases (runners/protocol/startup.py)
     breakdown: dict[str, Any]  # profiled steps' phases per rank (runners/protocol/profile.py)
     timeline: dict[str, Any]  # Horovod's timeline summary (bench/measure/timeline.py)
+    traces: list[Trace]  # the traces it kept, for each engine's own viewer
     saved: dict[str, Any]
     results: list[CollectiveResult]
     predicted: Predicted

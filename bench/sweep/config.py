@@ -63,6 +63,7 @@ class SweepConfig:
     target_ci: float | None = None
     measure_cap_s: float | None = None
     profile_steps: int | None = None
+    trace_steps: int | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SweepConfig:
@@ -154,6 +155,8 @@ class SweepConfig:
             raise SweepError(f"measure_cap_s must be >= 0, got {self.measure_cap_s}")
         if self.profile_steps is not None and self.profile_steps < 0:
             raise SweepError(f"profile_steps must be >= 0 (0: off), got {self.profile_steps}")
+        if self.trace_steps is not None and self.trace_steps < 0:
+            raise SweepError(f"trace_steps must be >= 0 (0: off), got {self.trace_steps}")
 
     def _check_placement(self) -> None:
         cluster = self.cluster()
@@ -208,6 +211,7 @@ class SweepConfig:
             "--target-ci": self.target_ci,
             "--measure-cap-s": self.measure_cap_s,
             "--profile-steps": self.profile_steps,
+            "--trace-steps": self.trace_steps,
         }
         return tuple(a for k, v in flags.items() if v is not None for a in (k, str(v)))
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import abc
 import itertools
 import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,6 +19,7 @@ import numpy as np
 from bench import engines
 from bench.contract.spec import RunSpec
 from bench.engines import Engine
+from bench.records.types import Trace
 from models.base import ModelDef, Shape, Weights
 
 # fp16 loss scaling, one setting for every engine, stated explicitly (torch's defaults;
@@ -68,6 +71,67 @@ class PhaseClock:
         now = time.perf_counter()
         self.phases[name] = self.phases.get(name, 0.0) + now - self._last
         self._last = now
+
+
+def _nothing() -> None:
+    """The end of a range in a trace that records nothing."""
+
+
+class Tracer:
+    """An engine's own profiler around the traced steps (runners/protocol/trace.py).
+
+    Every rank makes one, since a profiler may need every rank (Horovod's timeline
+    does); `start()` comes before the traced steps and `stop()` after them, and writes
+    the files, named as record entries (path, format, tool). `span(name)` opens a range
+    named `name` in the trace and returns what closes it. This one traces nothing: the
+    default of an engine without a profiler, and of a rank that keeps no trace.
+    """
+
+    tool = "none"
+
+    def start(self) -> None:
+        """Begin recording."""
+
+    def span(self, name: str) -> Callable[[], None]:
+        return _nothing
+
+    def stop(self) -> list[Trace]:
+        """Stop recording and write the trace; the files written, as record entries."""
+        return []
+
+
+class PhaseSpans(PhaseClock):
+    """A traced step's phases, as ranges named forward, backward, ... in the engine's trace.
+
+    The same marks as a profiled step (`EngineAdapter._phase`), so every engine's trace
+    carries its phases with no code of its own. A mark ends a phase and a range is named
+    when it opens, so ranges open in `order`, the phases as a step marked them before
+    tracing began (a step marks the same phases every time), each closed at its mark; a
+    range named "step" spans the whole step. `close()` ends whatever is still open.
+    """
+
+    def __init__(self, synchronize: Any, tracer: Tracer, order: Sequence[str]) -> None:
+        super().__init__(synchronize)
+        self._tracer, self._order = tracer, iter(order)
+        self._step = tracer.span("step")
+        self._end = self._open()
+
+    def _open(self) -> Callable[[], None] | None:
+        name = next(self._order, None)
+        return None if name is None else self._tracer.span(name)
+
+    def mark(self, name: str) -> None:
+        super().mark(name)
+        if self._end is not None:
+            self._end()
+        self._end = self._open()
+
+    def close(self) -> None:
+        if self._end is not None:
+            self._end()
+            self._end = None
+        self._step()
+        self._step = _nothing
 
 
 class CommProbe:
@@ -186,6 +250,11 @@ class EngineAdapter(abc.ABC):
     def comm_probe(self) -> CommProbe:
         """Start timing this engine's gradient collectives for the profiled steps."""
         return CommProbe()
+
+    def tracer(self, folder: Path, keep: bool) -> Tracer:
+        """The engine's profiler for the traced steps, writing its files into `folder`
+        when `keep` (this rank keeps a trace); the default traces nothing."""
+        return Tracer()
 
     def synchronize(self) -> None:  # noqa: B027 (optional hook: CPU engines need nothing)
         """Wait for all queued device work (no-op on CPU); called once per timed window."""

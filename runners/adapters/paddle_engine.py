@@ -10,6 +10,8 @@ from __future__ import annotations
 import gc
 import os
 import warnings
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -20,13 +22,15 @@ with warnings.catch_warnings():
     import paddle
     import paddle.distributed as dist
     import paddle.nn.functional as F
+    import paddle.profiler
 
 from bench.contract.spec import BNBuffers, Device, Optimizer, Precision
 from bench.core import machine
 from bench.core.errors import SpecError
 from bench.engines import Engine
+from bench.records.types import Trace
 from models.base import ModelDef, Shape, Weights
-from runners.adapters.base import LOSS_SCALER, CommProbe, EngineAdapter
+from runners.adapters.base import LOSS_SCALER, CommProbe, EngineAdapter, Tracer
 
 
 def _loss(logits: Any, y: Any, reduction: Literal["mean", "sum"] = "mean") -> Any:
@@ -41,6 +45,36 @@ class _InsideBackward(CommProbe):
     # Paddle records no event for its Gloo allreduce, and DataParallel runs it
     # synchronously inside backward: none of it overlaps compute.
     source = "not hookable: synchronous inside backward on Gloo, so all of it is exposed"
+
+
+class _PaddleTracer(Tracer):
+    """paddle.profiler over the traced steps: its Chrome-trace JSON at `path`, with a
+    `RecordEvent` range per phase (Paddle's export appends each event's duration to its
+    name: "forward[1.234 ms]"); CPU events, and on a GPU its kernels too."""
+
+    tool = "paddle.profiler"
+
+    def __init__(self, path: str, gpu: bool) -> None:
+        self.path = path
+        targets = [paddle.profiler.ProfilerTarget.CPU]
+        if gpu:
+            targets.append(paddle.profiler.ProfilerTarget.GPU)
+        # stop() hands the result to on_trace_ready: written where the record says
+        self._prof = paddle.profiler.Profiler(
+            targets=targets, on_trace_ready=lambda prof: prof.export(path, "json")
+        )
+
+    def start(self) -> None:
+        self._prof.start()
+
+    def span(self, name: str) -> Callable[[], None]:
+        event = paddle.profiler.RecordEvent(name)
+        event.begin()
+        return event.end
+
+    def stop(self) -> list[Trace]:
+        self._prof.stop()
+        return [{"path": self.path, "format": "chrome-json", "tool": self.tool}]
 
 
 class PaddleAdapter(EngineAdapter):
@@ -222,6 +256,13 @@ class PaddleAdapter(EngineAdapter):
     def comm_probe(self) -> CommProbe:
         return (
             _InsideBackward() if self._parallel and self.spec.device is Device.CPU else CommProbe()
+        )
+
+    def tracer(self, folder: Path, keep: bool) -> Tracer:
+        if not keep:
+            return Tracer()
+        return _PaddleTracer(
+            str(folder / f"paddle-trace.rank{self.rank}.json"), self.spec.device is Device.CUDA
         )
 
     def loss_value(self, loss: Any) -> float:

@@ -18,12 +18,14 @@ import shutil
 import socket
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+import torch.profiler
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -34,12 +36,14 @@ from bench.core.errors import InputError, SpecError
 from bench.engines import Engine
 from bench.engines import horovod as horovod_entry
 from bench.measure import timeline
+from bench.records.types import Trace
 from models.base import ModelDef, Shape, Weights
 from runners.adapters.base import (
     LOSS_SCALER,
     CommProbe,
     EngineAdapter,
     StepTimer,
+    Tracer,
     union_seconds,
 )
 
@@ -309,6 +313,10 @@ class TorchAdapter(EngineAdapter):
     def _tensor(self, arr: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(arr)).to(self.device)
 
+    def tracer(self, folder: Path, keep: bool) -> Tracer:
+        path = str(folder / f"torch-trace.rank{self.rank}.json") if keep else None
+        return _TorchTracer(path, self.spec.device is Device.CUDA)
+
     def threads(self) -> dict[str, Any]:
         return {
             "torch_intra_op": torch.get_num_threads(),
@@ -408,6 +416,73 @@ class _TimelineProbe(CommProbe):
             return None
         finally:
             shutil.rmtree(self.folder, ignore_errors=True)
+
+
+# Horovod's timeline as the record names it (bench/records/types.py Trace)
+HOROVOD_TIMELINE = "horovod timeline"
+
+
+class _TorchTracer(Tracer):
+    """torch.profiler over the traced steps, on a rank that keeps a trace (`path`): one
+    Chrome-trace JSON, with `record_function` ranges for the phases; the CPU's operators,
+    and on a GPU its kernels too."""
+
+    tool = "torch.profiler"
+
+    def __init__(self, path: str | None, cuda: bool) -> None:
+        self.path = path
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if cuda:
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        self._prof = None if path is None else torch.profiler.profile(activities=activities)
+
+    def start(self) -> None:
+        if self._prof is not None:
+            self._prof.start()
+
+    def span(self, name: str) -> Any:
+        if self._prof is None:
+            return super().span(name)
+        scope = torch.profiler.record_function(name)
+        scope.__enter__()
+        return functools.partial(scope.__exit__, None, None, None)
+
+    def stop(self) -> list[Trace]:
+        if self._prof is None or self.path is None:
+            return []
+        self._prof.stop()
+        self._prof.export_chrome_trace(self.path)
+        return [{"path": self.path, "format": "chrome-json", "tool": self.tool}]
+
+
+class _HorovodTracer(_TorchTracer):
+    """torch.profiler's trace and, where the dynamic timeline is armed (comm_timeline=true),
+    Horovod's timeline of the same steps: Horovod's collectives run on its own C++ thread,
+    which torch's profiler does not see. The timeline starts and stops on every rank, as
+    the communication probe's does, and rank 0 writes it."""
+
+    def __init__(
+        self, path: str | None, cuda: bool, hvd: Any, rank: int, timeline_path: str | None
+    ) -> None:
+        super().__init__(path, cuda)
+        self.hvd, self.rank, self.timeline_path = hvd, rank, timeline_path
+
+    def start(self) -> None:
+        if self.timeline_path is not None:  # the collective part first, on every rank
+            self.hvd.start_timeline(self.timeline_path, mark_cycles=False)
+            self.hvd.barrier()  # the background thread takes the start at its next cycle
+        super().start()
+
+    def stop(self) -> list[Trace]:
+        if self.timeline_path is None:
+            return super().stop()
+        self.hvd.barrier()  # every traced collective is done before the stop
+        self.hvd.stop_timeline()  # flushes and closes the file
+        kept: list[Trace] = []
+        if self.rank == 0:
+            kept = [{"path": self.timeline_path, "format": "chrome-json-array",
+                     "tool": HOROVOD_TIMELINE, "ranks": [0]}]  # fmt: skip
+        return super().stop() + kept
 
 
 class DDPAdapter(TorchAdapter):
@@ -790,13 +865,26 @@ class HorovodAdapter(TorchAdapter):
             )
         return _TimelineProbe(self.hvd, self.rank)
 
+    def tracer(self, folder: Path, keep: bool) -> Tracer:
+        armed = os.environ.get("HOROVOD_TIMELINE") == "DYNAMIC" and self.spec.grad_sync
+        return _HorovodTracer(
+            str(folder / f"torch-trace.rank{self.rank}.json") if keep else None,
+            self.spec.device is Device.CUDA,
+            self.hvd,
+            self.rank,
+            str(folder / "horovod-timeline.json") if armed else None,
+        )
+
     def finish(self, steps: int) -> dict[str, Any]:
         if "timeline" not in self.options:
             return {}
         self.hvd.stop_timeline()  # flushes and closes the file (written by rank 0)
         if self.rank != 0:
             return {}
-        return {"timeline": timeline.summarise(self.options["timeline"], steps)}
+        path = self.options["timeline"]
+        whole: Trace = {"path": path, "format": "chrome-json-array", "tool": HOROVOD_TIMELINE,
+                        "steps": steps, "ranks": [0]}  # fmt: skip
+        return {"timeline": timeline.summarise(path, steps), "traces": [whole]}
 
     def shutdown(self) -> None:
         """hvd.shutdown() joins Horovod's background thread (and its Gloo contexts)."""

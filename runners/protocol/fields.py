@@ -47,9 +47,10 @@ def finished_fields(run: Run, result: Result, record: RunRecord) -> RunFields:
     """Every field a finished run adds to its record."""
     adapter = run.adapter
     # engine extras once training is over (e.g. Horovod's timeline): fields RunRecord names
-    # every step the engine ran: training, measurement-only and profiled
+    # every step the engine ran: training, measurement-only, profiled and traced
     ran = run.step + result.steady.extra + int((result.breakdown or {}).get("steps") or 0)
-    extras = cast(RunFields, adapter.finish(ran))
+    extras = cast(RunFields, adapter.finish(ran + result.traced.steps))
+    traces = result.traced.named(extras.pop("traces", []))
     return {
         **extras,
         # options that change training (not where files go) distinguish runs in compare
@@ -66,6 +67,7 @@ def finished_fields(run: Run, result: Result, record: RunRecord) -> RunFields:
         },
         "hosts": result.hosts,
         **({"breakdown": result.breakdown} if result.breakdown else {}),
+        **({"traces": traces} if traces else {}),
         "energy": energy.total(result.energies, result.hosts, _timed_span(result)),
         **cast(RunFields, startup.fields(result.starts, record.get("labels") or {})),
         # Launcher's node count (namespaces share a hostname, so hosts cannot tell).

@@ -36,6 +36,7 @@ from runners.protocol import faults, fields
 from runners.protocol.common import launcher, load_adapter, parse_labels, script_name
 from runners.protocol.startup import CLOCK
 from runners.protocol.timing import PROGRESS
+from runners.protocol.trace import trace_to
 from runners.protocol.train import Diverged, train
 
 EXIT_BAD_INPUT = 2
@@ -80,7 +81,23 @@ def build_parser(engine: Engine) -> argparse.ArgumentParser:
     )
     parser.add_argument("--quiet", action="store_true", help="no per-epoch progress lines")
     add_measure_flags(parser)
+    _trace_flags(parser)
     return parser
+
+
+def _trace_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("trace (the steps after the profiled ones, --trace-steps)")
+    group.add_argument(
+        "--trace-dir",
+        metavar="DIR",
+        help="folder for the trace (default: the cell's log folder under `bench run`, else "
+        "traces/<run id>/ beside the results file)",
+    )
+    group.add_argument(
+        "--trace-all-ranks",
+        action="store_true",
+        help="every rank keeps its own trace (default: rank 0 only)",
+    )
 
 
 class _Inputs:
@@ -124,8 +141,11 @@ def main(engine: Engine, argv: Sequence[str] | None = None) -> int:
     if given.fault is not None:
         faults.install(adapter, given.fault)
     CLOCK.mark("recorded")
+    to = trace_to(
+        args.results, args.trace_dir, given.labels, record["run_id"], args.trace_all_ranks
+    )
     try:
-        train(adapter, model, dataset, spe, record, args.quiet, args.save, given.measure)
+        train(adapter, model, dataset, spe, record, args.quiet, args.save, given.measure, to)
         code = 0
     except Diverged as exc:
         record["status"], record["error"] = Status.DIVERGED, str(exc)

@@ -19,6 +19,7 @@ from models.base import Weights
 from runners.adapters.base import EngineAdapter
 from runners.protocol import startup
 from runners.protocol.timing import Steady
+from runners.protocol.trace import Traced
 
 
 @dataclasses.dataclass
@@ -94,6 +95,8 @@ class Result:
     starts: list[Any]  # every rank's start-up marks (runners/protocol/startup.py)
     energies: list[Any]  # every rank's energy over the timed span (bench/measure/energy.py)
     breakdown: dict[str, Any] | None = None  # profiled steps' phases (runners/protocol/profile.py)
+    # the traced steps' files (runners/protocol/trace.py)
+    traced: Traced = dataclasses.field(default_factory=lambda: Traced([]))
 
 
 def _gpu_index(adapter: EngineAdapter) -> int | None:

@@ -28,6 +28,7 @@ from runners.protocol.fields import finished_fields, progress_fields
 from runners.protocol.profile import profile
 from runners.protocol.state import Result, Run
 from runners.protocol.timing import PROGRESS, measure_until_steady, timed_loop
+from runners.protocol.trace import Traced, TraceTo, traced
 
 
 class Diverged(Exception):
@@ -166,9 +167,10 @@ def check_finite(run: Run, entry: Epoch, epoch_step_losses: list[float], record:
     )
 
 
-def finish(run: Run) -> Result:
+def finish(run: Run, trace_to: TraceTo | None = None) -> Result:
     """The trained result, then measurement-only windows until throughput is steady
-    (`measure_until_steady`), then what every rank measured, gathered."""
+    (`measure_until_steady`), then the profiled and traced steps, then what every rank
+    measured, gathered."""
     adapter, dataset, spec, measure = run.adapter, run.dataset, run.adapter.spec, run.measure
     world = adapter.world_size
     per = spec.per_worker_batch(world)
@@ -199,8 +201,7 @@ def finish(run: Run) -> Result:
     spent = run.meter.stop() if run.meter is not None else []
 
     busy = (time.process_time() - run.cpu0) / max(time.perf_counter() - run.wall0, 1e-9)
-    # after every timed window and the contention and energy spans: never in a throughput
-    breakdown = profile(adapter, _chunks(next_chunk, measure.profile_steps))
+    breakdown, kept = _after_timed(run, next_chunk, trace_to)
     usage = adapter.allgather(
         np.asarray(
             [
@@ -223,8 +224,21 @@ def finish(run: Run) -> Result:
     adapter.barrier()
     return Result(
         final_state, final_fps, train_wall, steady, usage, step_times, order_fps, hosts, loads,
-        starts, energies, breakdown,
+        starts, energies, breakdown, kept,
     )  # fmt: skip
+
+
+def _after_timed(
+    run: Run, next_chunk: Any, trace_to: TraceTo | None
+) -> tuple[dict[str, Any] | None, Traced]:
+    """The profiled steps (the breakdown), then the traced ones, which only run where
+    the profiled ones did: after every timed window and the contention and energy spans,
+    never in a throughput, and the profiler never around a phase the breakdown reads."""
+    adapter, measure = run.adapter, run.measure
+    breakdown = profile(adapter, _chunks(next_chunk, measure.profile_steps))
+    # one more step first, untraced: it shows the phases' order (runners/protocol/trace.py)
+    n = measure.trace_steps + 1 if breakdown and measure.trace_steps else 0
+    return breakdown, traced(adapter, _chunks(next_chunk, n), trace_to)
 
 
 def _chunks(next_chunk: Any, n: int) -> list[tuple[Any, float]]:
@@ -244,6 +258,7 @@ def train(
     quiet: bool,
     save: str | None,
     measure: Measure | None = None,
+    trace_to: TraceTo | None = None,
 ) -> None:
     """The training protocol proper; fills `record` in place (rank 0's copy is written).
 
@@ -266,7 +281,7 @@ def train(
         check_finite(run, entry, epoch_step_losses, record)
         if run.step >= run.total:
             break
-    result = finish(run)
+    result = finish(run, trace_to)
     record.update(finished_fields(run, result, record))
     if save and adapter.rank == 0:
         np.savez(save + ".npz", **result.final_state)  # type: ignore[arg-type]
