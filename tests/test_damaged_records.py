@@ -57,11 +57,19 @@ def _good_folder(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("alone", [True, False], ids=["alone", "next-to-good-folder"])
 @pytest.mark.parametrize("fmt", ["text", "markdown", "csv", "json", "html"])
 def test_compare_shows_the_good_and_reports_the_bad(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], alone: bool, fmt: str
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    alone: bool,
+    fmt: str,
 ) -> None:
     paths = [str(DAMAGED)] + ([] if alone else [str(_good_folder(tmp_path))])
+    monkeypatch.chdir(tmp_path)  # html, never for the terminal, goes to report/ here
     assert cli.main(["compare", *paths, "--format", fmt]) == 0
     out, err = capsys.readouterr()
+    if fmt == "html":
+        assert f"wrote {Path('report') / 'report.html'}" in err
+        out = (tmp_path / "report" / "report.html").read_text()
     assert "lenet" in out  # the damaged file's own good comparison
     if not alone:
         assert "mlp" in out  # the good folder's comparison

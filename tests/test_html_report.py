@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import pytest
 
-from bench import engines, records
+from bench import cli, engines, records
 from bench.analysis import compare as report
 from bench.analysis import html
 from bench.records.types import LoadedRecord
@@ -158,7 +158,7 @@ CAPTIONS = [
 ]
 
 
-def test_every_figure_is_drawn_in_order_and_written_by_out(tmp_path: Path) -> None:
+def test_every_figure_is_drawn_in_order_and_inline_once(tmp_path: Path) -> None:
     page = html.build(_rich())
     shown = re.findall(r"<figcaption>([^<]*)</figcaption>", page.html)
     assert len(shown) == len(CAPTIONS) == len(page.figures)
@@ -167,10 +167,10 @@ def test_every_figure_is_drawn_in_order_and_written_by_out(tmp_path: Path) -> No
     assert all(png.startswith(b"\x89PNG") for png in page.figures)
     # no module-level state: a second report does not see the first one's figures
     assert len(html.build(records.load([GOLDEN]).records).figures) < len(page.figures)
-    # --out writes one figure-N.png per figure
+    # --out writes the one page, figures inline only: never a second copy beside it
     out = _report(tmp_path).parent
-    pngs = sorted(out.glob("figure-*.png"))
-    assert len(pngs) == len(re.findall("<figcaption>", (out / "report.html").read_text()))
+    assert sorted(p.name for p in out.iterdir()) == ["report.html"]
+    assert len(re.findall("<figcaption>", (out / "report.html").read_text())) >= 3
 
 
 def _drawn(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
@@ -274,3 +274,26 @@ def test_screenshot_in_chromium(tmp_path: Path) -> None:
         timeout=120,
     )
     assert shot.is_file() and shot.stat().st_size > 50_000, proc.stderr[-2000:]
+
+
+def test_without_out_the_page_goes_to_report_and_says_where(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["compare", str(GOLDEN), "--format", "html"]) == 0
+    out, err = capsys.readouterr()
+    assert out == ""  # never poured into the terminal
+    assert f"wrote {Path('report') / 'report.html'}" in err
+    assert sorted(p.name for p in (tmp_path / "report").iterdir()) == ["report.html"]
+
+
+def test_the_knobs_that_differ_are_a_table() -> None:
+    comp = report.Comparison(
+        "t",
+        "g",
+        {},
+        [],
+        knobs={"ddp": [{"bucket_cap_mb": 25.0}], "horovod": [{"fusion_threshold_bytes": 26214400}]},
+    )
+    page = "".join(html._knobs(comp))
+    assert "<table" in page and "<td>25 MB</td>" in page and "<th>setting</th>" in page

@@ -138,7 +138,9 @@ def _throughput_rows(
                 _keep(iv, engine, workers, "comm %", _lost_share(ratio))
                 share = f"{1 - ratio.value:.0%}"
                 if ratio.low is not None and ratio.high is not None:
-                    share += f" [{1 - ratio.high:.0%}, {1 - ratio.low:.0%}] n={ratio.n}"
+                    # shown clipped to what a share can be (the numbers keep the interval)
+                    low, high = max(0.0, 1 - ratio.high), min(1.0, 1 - ratio.low)
+                    share += f" [{low:.0%}, {high:.0%}] n={ratio.n}"
                 else:
                     share += f" {stats.TOO_FEW} (n={ratio.n})"
                 row["comm %"] = share
@@ -516,6 +518,8 @@ _FORMATS = {
             "hidden comm",
             "other",
             "input (outside)",
+            "lost ms",
+            "behind ms",
         )
     },
 }
@@ -529,3 +533,16 @@ def formatted(df: pd.DataFrame) -> pd.DataFrame:
         if fmt:
             shown[col] = shown[col].map(lambda v, f=fmt: "-" if pd.isna(v) else f.format(v))
     return shown.fillna("-")
+
+
+def displayed(name: str, section: pd.DataFrame) -> pd.DataFrame:
+    """A table as a reader gets it (text, markdown, html): numbers formatted, and the
+    throughput table with the per-worker figure beside the global one."""
+    shown = formatted(section)
+    if name == "throughput" and {"samples/s", "workers"} <= set(section.columns):
+        per = [
+            "-" if pd.isna(v) else f"{v / int(w):,.0f}"
+            for v, w in zip(section["samples/s"], section["workers"], strict=True)
+        ]
+        shown.insert(shown.columns.get_loc("samples/s") + 1, "per worker/s", per)
+    return shown

@@ -23,6 +23,7 @@ from bench import engines
 from bench.analysis import breakdown, busbw, predict, tuning
 from bench.analysis import compare as report
 from bench.analysis import frame as runs
+from bench.analysis import knobs as knob_table
 from bench.analysis.frame import DEFAULT_TARGET, synced_ok
 from bench.core import machine
 from bench.records import LoadedRecord, Problem, Status
@@ -599,6 +600,17 @@ def _collective_plot(parts: dict[str, pd.DataFrame], style: _Style, figs: _Figur
     return figs.add(fig, "allreduce bus bandwidth by message size")
 
 
+def _knobs(comp: report.Comparison) -> list[str]:
+    """The knobs that differ between engines, as a table (the text report's, whole)."""
+    table, same = knob_table.differing(comp.knobs)
+    if table.empty:
+        return []
+    return [
+        f"<h3>knobs that differ between engines ({same} more identical; all: --format json)</h3>",
+        table.to_html(index=False, escape=True, border=0),
+    ]
+
+
 def _header(recs: Sequence[LoadedRecord], problems: Sequence[Problem]) -> str:
     envs = [r["env"] for r in recs if r.get("env")]
     machines = sorted({f"{e.get('hostname', '?')}: {machine.machine_key(e)}" for e in envs})
@@ -668,16 +680,18 @@ def build(
         for name, df in comp.sections.items():
             if not df.empty:
                 body.append(f"<h3>{_esc(name)}</h3>")
-                body.append(report.formatted(df).to_html(index=False, escape=True, border=0))
+                body.append(report.displayed(name, df).to_html(index=False, escape=True, border=0))
         body.extend(_plots(comp, recs, target, style, figs))
         body.append(
             "<ul>"
             + "".join(
                 f'<li class="{"warn" if n.startswith("WARNING") else "note"}">{_esc(n)}</li>'
                 for n in comp.notes
+                if n not in comp.knob_table or n.startswith("knobs:")
             )
             + "</ul>"
         )
+        body.extend(_knobs(comp))
     if parts:
         body.append("<h2>Collectives</h2>")
         for name, df in parts.items():

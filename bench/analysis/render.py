@@ -11,32 +11,55 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bench.analysis import busbw, html, predict, tuning
-from bench.analysis.compare import Comparison, compare, formatted
+from bench.analysis import busbw, html, predict, textfit, tuning
+from bench.analysis import knobs as knob_table
+from bench.analysis.compare import Comparison, compare, displayed, formatted
 from bench.records import Loaded
 
 FORMATS = ("text", "markdown", "csv", "json", "html")
 SUFFIX = {"text": "txt", "markdown": "md", "csv": "csv", "json": "json", "html": "html"}
 
 
-def render_text(comp: Comparison) -> str:
-    """One comparison as plain text: title, machine, every table, then the notes."""
-    lines = [
-        comp.title,
-        f"machine: {comp.machine} | {comp.libraries} (comparison {comp.group})",
-    ]
+# What a header cannot say, printed once under its table.
+_KEYS_OF = {
+    "throughput": "samples/s: all workers together, median over runs; per worker/s: samples/s "
+    "/ workers (Horovod's 'per GPU' figure); comm %: intervals clipped to [0%, 100%]",
+    "per rank": "CPU util: cores busy (CPU-seconds per second of the training loop, mean over "
+    "ranks); of peak: achieved FLOP/s over the machine's measured matmul peak",
+    "where the step goes (ms)": "ms per step; '-': not measured for that cell (the note under "
+    "'comm measured by' says why)",
+}
+
+
+def render_text(comp: Comparison, width: int | None = None) -> str:
+    """One comparison as plain text, every line at most `width` columns (None: no limit):
+    title, machine, every table (prose as numbered notes under it), then the notes."""
+    lines = textfit.wrap(comp.title, width)
+    lines += textfit.wrap(
+        f"machine: {comp.machine} | {comp.libraries} (comparison {comp.group})", width
+    )
     for name, section in comp.sections.items():
         if section.empty:
             continue
-        if name == "verdict":  # sentences, not columns: one block per cell
-            lines += ["", f"  {name}:"] + [
-                f"  {r['engine']} x{r['workers']}: {r['verdict']}\n      {r['evidence']}"
-                f"\n      try: {r['try']}"
-                for r in section.to_dict("records")
-            ]
-            continue
-        lines += ["", f"  {name}:", formatted(section).to_string(index=False)]
-    lines += [""] + [f"  {n}" for n in comp.notes]
+        lines += ["", f"  {name}:", *textfit.table(displayed(name, section), width)]
+        if name in _KEYS_OF:
+            lines += textfit.wrap(f"key: {_KEYS_OF[name]}", width, "  ")
+    lines.append("")
+    for note in comp.notes:
+        if note not in comp.knob_table:
+            lines += textfit.wrap(note, width, "  ")
+    knobs, same = knob_table.differing(comp.knobs)
+    if knobs.empty:  # 'all N settings identical', or nothing recorded
+        for line in comp.knob_table:
+            lines += textfit.wrap(line, width, "  ")
+    else:
+        lines += textfit.wrap(
+            f"knobs that differ between engines ({same} more identical; all of them: "
+            "--format json):",
+            width,
+            "  ",
+        )
+        lines += textfit.table(knobs, width, "    ", keys=("setting",))
     return "\n".join(lines)
 
 
@@ -132,11 +155,16 @@ def long_table(comps: Iterable[Comparison]) -> pd.DataFrame:
 
 
 def render(
-    loaded: Loaded, fmt: str, target: float, figures: list[bytes] | None = None
+    loaded: Loaded,
+    fmt: str,
+    target: float,
+    figures: list[bytes] | None = None,
+    width: int | None = None,
 ) -> str | None:
     """The comparison of `loaded` in one format; None when nothing is comparable.
 
-    For html, the figures' PNG bytes are appended to `figures` when it is given.
+    For html, the figures' PNG bytes are appended to `figures` when it is given. Text
+    fits `width` columns (None: no limit, one table each).
     """
     comps = compare(loaded.records, target)
     coll = busbw.tables(loaded.records)
@@ -155,13 +183,14 @@ def render(
         return long_table(comps).to_csv(index=False)
     if fmt == "markdown":
         return _markdown(comps, loaded)
-    out = [render_text(c) + "\n" for c in comps]
+    out = [render_text(c, width) + "\n" for c in comps]
     if coll:
         out.append(busbw.render_text(coll) + "\n")
     if predicted:
         out.append(predicted + "\n")
     if not tuned.empty:
-        out.append(f"{TUNED_TITLE}:\n{tuning.render_text(tuned)}\n")
+        title = "\n".join(textfit.wrap(TUNED_TITLE + ":", width))
+        out.append(f"{title}\n{tuning.render_text(tuned, width)}\n")
     return "\n".join(out)
 
 

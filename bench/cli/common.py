@@ -133,13 +133,11 @@ def not_records(paths: Sequence[str]) -> str | None:
     return None
 
 
-def write_file(path: Path, text: str, figures: Sequence[bytes] = ()) -> int:
-    """Write a report (and its figures beside it); 0, or EXIT_BAD_INPUT saying why not."""
+def write_file(path: Path, text: str) -> int:
+    """Write a report, its folder created; 0, or EXIT_BAD_INPUT saying why not."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-        for i, png in enumerate(figures, start=1):
-            (path.parent / f"figure-{i}.png").write_bytes(png)
     except OSError as exc:
         print(f"error: cannot write {path}: {exc.strerror}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -7,8 +7,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import pandas as pd
+
 from bench import records
-from bench.analysis import cost, frame, regress, render
+from bench.analysis import cost, frame, regress, render, textfit
 from bench.cli.common import (
     DEFAULT_TARGET,
     EXIT_BAD_INPUT,
@@ -23,6 +25,8 @@ DESCRIPTION = (
     "comparison per spec, machine, library versions and measurement protocol; or, with "
     "--base and --new, the change of each cell between two result sets."
 )
+# where --format html writes without --out: a page is not for the terminal
+HTML_DIR = "report"
 SOURCES = ["group", "engine", "workers", "seed", "grad_sync", "status", "throughput"]
 SOURCES += ["final_accuracy", "source"]
 
@@ -37,7 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--out",
         metavar="DIR",
-        help="also write the report to DIR/report.<format> (html: one file); "
+        help="also write the report to DIR/report.<format> (html: only there, one "
+        f"self-contained file with its figures inline; default {HTML_DIR}/); "
         "BASE NEW: DIR/diff.<format>",
     )
     p.add_argument(
@@ -76,6 +81,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "samples and cost to the target accuracy (text and markdown)",
     )
     p.add_argument("--price-per", choices=["worker", "node"], default="worker")
+    p.add_argument(
+        "--wide",
+        action="store_true",
+        help="text: every table whole on one line per row, whatever the terminal's width "
+        "(default: fit the terminal, COLUMNS, or 100 columns when not a terminal)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -110,7 +121,9 @@ def run(args: argparse.Namespace) -> int:
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    return print_tables(paths, args.format, args.sources, args.target_accuracy, args.out, price)
+    return print_tables(
+        paths, args.format, args.sources, args.target_accuracy, args.out, price, args.wide
+    )
 
 
 def print_tables(
@@ -120,8 +133,10 @@ def print_tables(
     target: float = DEFAULT_TARGET,
     out_dir: str | None = None,
     price: cost.Price | None = None,
+    wide: bool = False,
 ) -> int:
-    """Print the comparison of the records under `paths` (and write it under `out_dir`)."""
+    """Print the comparison of the records under `paths` (and write it under `out_dir`);
+    text fits the terminal unless `wide`."""
     wrong = not_records(paths)
     if wrong:
         print(f"error: {wrong}", file=sys.stderr)
@@ -129,8 +144,8 @@ def print_tables(
     # Tables need no per-step arrays: read cached summaries; the html report plots them.
     loaded = records.load(paths) if fmt == "html" else records.load_summaries(paths)
     report_skipped(loaded)
-    figures: list[bytes] = []
-    text = render.render(loaded, fmt, target, figures)
+    width = textfit.width(wide)
+    text = render.render(loaded, fmt, target, width=width)
     if text is None:
         print(
             f"no readable records under {', '.join(paths)}; run `bench run` or a runner first",
@@ -138,20 +153,40 @@ def print_tables(
         )
         return 1
     if fmt in ("text", "markdown"):
-        costs = cost.render_text(cost.table(loaded.records, price, target), price)
+        costs = _costs(cost.table(loaded.records, price, target), price, width)
         if costs and (price is not None or cost.measured(loaded.records)):
             text += ("\n```\n" + costs + "\n```\n") if fmt == "markdown" else "\n" + costs + "\n"
+    if fmt == "html":
+        # the figures are inline, so the one file is the whole report; never the terminal
+        out_dir = out_dir or HTML_DIR
     if out_dir:
-        status = write_file(Path(out_dir) / f"report.{render.SUFFIX[fmt]}", text, figures)
+        status = write_file(Path(out_dir) / f"report.{render.SUFFIX[fmt]}", text)
         if status:
             return status
-    if fmt != "html" or not out_dir:
+    if fmt != "html":
         print(text)
     if sources:
         df = frame.frame(loaded.records)
         print(df[SOURCES].sort_values(SOURCES[:5]).to_string(index=False))
     print(f"{len(loaded.records)} records read, {len(loaded.problems)} skipped", file=sys.stderr)
     return 0
+
+
+def _costs(table: pd.DataFrame, price: cost.Price | None, width: int | None) -> str | None:
+    """The cost and energy table (bench.analysis.cost) fitted to `width`: its caption
+    once, then one table per comparison under that comparison's title."""
+    if table.empty:
+        return None
+    what = f"price {price.per_hour:g} per {price.per}-hour" if price else "no price given"
+    caption = (
+        f"cost and energy ({what}; median throughput; time to target over the runs that "
+        "reached it; power over the timed span):"
+    )
+    lines = textfit.wrap(caption, width)
+    for title, rows in table.groupby("comparison", sort=False):
+        lines += ["", *textfit.wrap(str(title), width, "  ")]
+        lines += textfit.table(rows.drop(columns=["comparison"]), width, "    ")
+    return "\n".join(lines)
 
 
 def _diff(args: argparse.Namespace) -> int:
