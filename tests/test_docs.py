@@ -18,6 +18,7 @@ from bench import cli
 from bench.contract.spec import RunSpec
 from bench.engines import Engine
 from bench.sweep import SweepConfig, load_config_file, plan
+from runners import hvd
 from runners.protocol.main import build_parser
 from tests.conftest import ROOT
 
@@ -72,7 +73,20 @@ def test_every_command_shown_parses(path: Path) -> None:
             continue
         script = next((a for a in argv if a in RUNNERS), None)
         assert script, f"no runner in {shlex.join(argv)}"
-        build_parser(RUNNERS[script]).parse_args(argv[argv.index(script) + 1 :])
+        args = argv[argv.index(script) + 1 :]
+        if script == "runners/hvd.py":  # the synthetic benchmark's flags it takes
+            translated = hvd.translate(args)
+            assert not isinstance(translated, str), translated
+            args = translated
+        build_parser(RUNNERS[script]).parse_args(args)
+
+
+def test_the_readme_shows_every_command_and_the_page_for_newcomers() -> None:
+    """Every subcommand is in the README's commands, and the mapping page is linked."""
+    text = (ROOT / "README.md").read_text()
+    shown = {argv[1] for argv in _commands(ROOT / "README.md") if argv[0] == "bench" and argv[1:]}
+    assert set(cli.COMMANDS) <= shown, set(cli.COMMANDS) - shown
+    assert "(docs/coming-from.md)" in text
 
 
 def test_the_readme_is_a_first_five_minutes() -> None:

@@ -219,7 +219,7 @@ def _markdown(comps: list[Comparison], loaded: Loaded) -> str:
         out.append(f"### {c.title}\n\nmachine: {c.machine} | {c.libraries}\n")
         for name, df in c.sections.items():
             if not df.empty:
-                out.append(f"**{name}**\n\n{formatted(df).to_markdown(index=False)}\n")
+                out.append(f"**{name}**\n\n{displayed(name, df).to_markdown(index=False)}\n")
         out.append("\n".join(f"- {n}" for n in c.notes if n not in c.knob_table) + "\n")
         if c.knob_table:
             out.append("```\n" + "\n".join(c.knob_table) + "\n```\n")
