@@ -15,6 +15,8 @@ from tests.test_html_report import _rich
 
 ROOT = Path(__file__).parent.parent
 REFERENCE = ROOT / "results" / "reference" / "cpu-2core-digits"
+# collectives on emulated links and the scaling model's predictions, beside a sweep
+PREDICT = ROOT / "results" / "reference" / "predict-check-2026-12-02"
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +36,7 @@ def _compare(path: Path, columns: int, *extra: str, capsys: pytest.CaptureFixtur
 
 
 @pytest.mark.parametrize("columns", [80, 100])
-@pytest.mark.parametrize("which", ["reference", "profiled"])
+@pytest.mark.parametrize("which", ["reference", "profiled", "collectives"])
 def test_every_line_fits_the_terminal(
     columns: int,
     which: str,
@@ -43,13 +45,16 @@ def test_every_line_fits_the_terminal(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("COLUMNS", str(columns))
-    out = _compare(REFERENCE if which == "reference" else profiled, columns, capsys=capsys)
+    path = {"reference": REFERENCE, "collectives": PREDICT}.get(which, profiled)
+    out = _compare(path, columns, capsys=capsys)
     wide = [line for line in out.splitlines() if len(line) > columns]
     assert not wide, "\n".join(wide)
     assert "cost and energy" in out and "per worker/s" in out
     if which == "profiled":  # prose under the table as numbered notes, never a column
         assert "verdict:" in out and ", evidence: " in out and ", try: " in out
         assert "comm measured by: " in out
+    if which == "collectives":
+        assert "bus bandwidth GB/s:" in out
     if which == "reference":  # a table split to fit says so
         assert "parts to fit" in out
     # --wide: one table each, as wide as it needs

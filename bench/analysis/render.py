@@ -13,7 +13,7 @@ import pandas as pd
 
 from bench.analysis import busbw, html, predict, textfit, tuning
 from bench.analysis import knobs as knob_table
-from bench.analysis.compare import Comparison, compare, displayed, formatted
+from bench.analysis.compare import Comparison, compare, displayed
 from bench.records import Loaded
 
 FORMATS = ("text", "markdown", "csv", "json", "html")
@@ -185,13 +185,31 @@ def render(
         return _markdown(comps, loaded)
     out = [render_text(c, width) + "\n" for c in comps]
     if coll:
-        out.append(busbw.render_text(coll) + "\n")
+        out.append(collectives_text(coll, width) + "\n")
     if predicted:
         out.append(predicted + "\n")
     if not tuned.empty:
         title = "\n".join(textfit.wrap(TUNED_TITLE + ":", width))
         out.append(f"{title}\n{tuning.render_text(tuned, width)}\n")
     return "\n".join(out)
+
+
+def collectives_text(parts: dict[str, pd.DataFrame], width: int | None) -> str:
+    """`bench.analysis.busbw`'s tables in at most `width` columns (its own text, fitted):
+    the size repeated in every part of a table split to fit."""
+    if width is None:
+        return busbw.render_text(parts)
+    lines: list[str] = []
+    for text in busbw.render_text({}).splitlines():
+        lines += textfit.wrap(text, width)
+    for name, df in parts.items():
+        # the formats of busbw.render_text
+        fmt = "{:.0%}" if name == busbw.LINK_TABLE else "{:,.0f}"
+        fmt = "{:.3f}" if name.startswith("bus") else fmt
+        shown = df.map(lambda v, f=fmt: "-" if pd.isna(v) else f.format(v)).reset_index()
+        shown.columns = [str(c) for c in shown.columns]
+        lines += ["", f"  {name}:", *textfit.table(shown, width, keys=("size",))]
+    return "\n".join(lines)
 
 
 TUNED_TITLE = "best against best (bench tune: fresh runs of each engine's default and tuned knobs)"

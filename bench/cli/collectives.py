@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from bench import engines, records
-from bench.analysis import busbw
+from bench.analysis import busbw, render, textfit
 from bench.cli.common import EXIT_BAD_INPUT, engine_names, stop_on_signals, stopped_status
 from bench.core.errors import BenchError, Interrupted
 from bench.launch import netns
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         return status
     loaded = records.load([records.results_file(args.results).parent / allreduce.FILE])
     print()
-    print(busbw.render_text(busbw.tables(loaded.records)))
+    print(render.collectives_text(busbw.tables(loaded.records), textfit.width()))
     return 0 if all(s == records.Status.OK for s in statuses) else 1
 
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from bench import records
-from bench.analysis import tuning
+from bench.analysis import textfit, tuning
 from bench.cli.common import EXIT_BAD_INPUT, stop_on_signals, stopped_status
 from bench.contract.flags import add_spec_flags, spec_from_args
 from bench.core.errors import BenchError, Interrupted
@@ -79,5 +79,6 @@ def run(args: argparse.Namespace) -> int:
         return status
     table = tuning.rows(records.load([results]).records, tune_id=t.tune_id)
     minutes = t.elapsed() / 60
-    print(f"\nbest against best ({minutes:.1f} min):\n" + tuning.render_text(table))
+    text = tuning.render_text(table, textfit.width())
+    print(f"\nbest against best ({minutes:.1f} min):\n" + text)
     return 0
