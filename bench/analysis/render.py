@@ -26,6 +26,8 @@ _KEYS_OF = {
     "/ workers (Horovod's 'per GPU' figure); comm %: intervals clipped to [0%, 100%]",
     "per rank": "CPU util: cores busy (CPU-seconds per second of the training loop, mean over "
     "ranks); of peak: achieved FLOP/s over the machine's measured matmul peak",
+    "start-up": "every phase in seconds, median over runs; from: where the clock starts "
+    "(launch: when bench run launched the cell; process start: a runner started by hand)",
     "where the step goes (ms)": "ms per step; '-': not measured for that cell (the note under "
     "'comm measured by' says why)",
 }
