@@ -3,8 +3,9 @@
 Each namespace gets its own address on a private /24, an interface named `bench0`
 on both sides (as on a real cluster, where every node has the same NIC name), and
 optionally an sshd so that horovodrun can reach it. With a rate, each end's
-egress goes through a token-bucket filter (`tc qdisc ... tbf`), which shapes both
-directions of the link. Everything is removed on exit, also on Ctrl-C, SIGTERM
+egress goes through a token-bucket filter (`tc qdisc ... tbf`) with a bucket of two
+frames of an MTU that grows with the rate (`link_shape`), which shapes both directions
+of the link. Everything is removed on exit, also on Ctrl-C, SIGTERM
 (which `bench` turns into an exception) or a failed set-up; namespaces that a
 killed run (SIGKILL) left behind are removed by the next run. Needs root, `ip`
 and, for shaping, `tc`; `available()` says why not.
@@ -41,32 +42,76 @@ PREFIX = "benchns"
 TMP_PREFIX = "bench-netns-"
 
 
-def tbf_params(rate_bps: int) -> tuple[int, str]:
-    """(burst bytes, latency) of the token-bucket filter for `rate_bps`.
+# How the link is shaped (`link_shape`). A real link serialises every frame at its
+# rate, so a message takes its bytes over the rate from the first byte; tc tbf sends
+# what its bucket holds at line speed, so the bucket must be small next to the messages
+# timed: two frames (three from 2.8gbit). A veth hands tbf GSO packets of up to 64 KiB,
+# which tbf cuts into MTU frames when they exceed its bucket (as they did the 66 KB
+# bucket this replaced). GSO stays on: with it off (gso_max_segs 1) TCP sends every
+# frame on its own and a 40 KB Gloo allreduce at 500mbit took 3.4 ms instead of 0.8.
+# The MTU grows with the rate instead, to bound the frames a second this machine
+# handles (at 1500 bytes a full 500mbit link took about five times the CPU that
+# 4000-byte frames take), and with it the bucket.
+PACKET_S = 64e-6  # a full frame's time on the wire at the link's rate
+MIN_MTU = 1500  # Ethernet's; below 188mbit every frame is this (and takes longer)
+MAX_MTU = 65535  # a veth's largest
+ETH_HEADER = 14  # tbf counts every frame with its Ethernet header
+BUCKET_FRAMES = 2  # one frame to send, one of slack for a late qdisc run
+# Once a 64 KiB GSO packet holds at most two frames (MTU above 21,845: from 2.8gbit),
+# two frames fell short of the rate (86% at 2.9, 3, 5, 8 and 10gbit, 99% at 2, 2.5 and
+# 2.7gbit, a TCP stream measured here) and three reach it (99%).
+BIG_MTU = 65536 // 3
+BIG_MTU_BUCKET_FRAMES = 3
+# how long a packet may queue before tbf drops it: holds a TCP window's burst at these
+# rates, yet keeps a standing queue from adding much to small-message latency
+QUEUE_LATENCY = "10ms"
+GSO = "on"  # left as the veth has it: tbf cuts GSO packets bigger than its bucket
 
-    burst: at least 64 KiB + headers, because a veth hands tbf GSO packets of up to
-    64 KiB and a smaller bucket makes tbf cut every one of them up (CPU the workers
-    need); and at least 1 ms worth of the rate, because tokens are refilled when the
-    qdisc runs and on a loaded host it may not run for about that long, so a smaller
-    bucket would waste tokens and undershoot the rate at 10 gbit and above.
-    latency (how long a packet may queue before tbf drops it): 10 ms holds a TCP
-    window's burst at these rates without drops, yet keeps a standing queue from
-    adding much to the small-message latency that `bench collectives` measures.
+
+@dataclasses.dataclass(frozen=True)
+class LinkShape:
+    """What `shape` sets on each end of the pair for one rate."""
+
+    rate_bps: int
+    mtu: int  # both ends' MTU
+    burst_bytes: int  # tbf's bucket: what passes at line speed after an idle spell
+    latency: str = QUEUE_LATENCY
+
+
+def link_shape(rate_bps: int) -> LinkShape:
+    """The MTU and tbf bucket for `rate_bps`: frames of PACKET_S at the rate (1500 to
+    65,535 bytes of MTU), a bucket of BUCKET_FRAMES of them (BIG_MTU_BUCKET_FRAMES
+    above BIG_MTU).
+
+    The bucket's head start is burst / rate: 1.2 ms at 20mbit (two 1514-byte frames),
+    128 us from 188mbit to 2.7gbit, 192 us from there to 8.2gbit, 157 us at 10gbit and
+    less above. One frame to send, the rest slack for the tokens a late qdisc run
+    would otherwise waste.
     """
-    burst = max(64 * 1024 + 2048, rate_bps // 8 // 1000)
-    return burst, "10ms"
+    mtu = int(min(max(rate_bps * PACKET_S / 8, MIN_MTU), MAX_MTU))
+    frames = BIG_MTU_BUCKET_FRAMES if mtu > BIG_MTU else BUCKET_FRAMES
+    return LinkShape(rate_bps, mtu, frames * (mtu + ETH_HEADER))
 
 
 def link_record(rate_bps: int) -> dict[str, Any]:
     """The record's `link` field for a run over a link emulated at `rate_bps`."""
-    burst, latency = tbf_params(rate_bps)
+    shaped = link_shape(rate_bps)
     return {
         "rate_bps": rate_bps,
         "emulated": True,
         "qdisc": "tbf",
-        "burst_bytes": burst,
-        "latency": latency,
+        "burst_bytes": shaped.burst_bytes,
+        "latency": shaped.latency,
+        "mtu": shaped.mtu,
+        "gso": GSO,
     }
+
+
+def link_key(rate_bps: int) -> str:
+    """A sweep cell's identity part for the link: its rate and how it was shaped, so that
+    a link shaped otherwise (as before `mtu` was recorded) is another cell."""
+    shaped = link_shape(rate_bps)
+    return f"link={rate_bps} mtu={shaped.mtu} burst={shaped.burst_bytes}"
 
 
 def link_for(labels: dict[str, Any]) -> dict[str, Any] | None:
@@ -178,10 +223,16 @@ def _delete_namespace(name: str) -> None:
 
 
 def shape(namespace: str, rate_bps: int, iface: str = IFACE) -> None:
-    """Put a token-bucket filter at `rate_bps` on `iface`'s egress inside `namespace`."""
-    burst, latency = tbf_params(rate_bps)
+    """Shape `iface`'s egress inside `namespace` to `rate_bps` as `link_shape` says: its
+    MTU (`ip link`), then a token-bucket filter (`tc qdisc`)."""
+    shaped = link_shape(rate_bps)
+    mtu = ["ip", "-n", namespace, "link", "set", "dev", iface, "mtu", str(shaped.mtu)]
+    run = subprocess.run(mtu, capture_output=True, text=True)
+    if run.returncode != 0:
+        raise LinkError(f"setting {iface}'s MTU in {namespace} failed: {run.stderr.strip()}")
     argv = ["ip", "netns", "exec", namespace, "tc", "qdisc", "replace", "dev", iface, "root"]
-    argv += ["tbf", "rate", f"{rate_bps}bit", "burst", str(burst), "latency", latency]
+    argv += ["tbf", "rate", f"{rate_bps}bit", "burst", str(shaped.burst_bytes)]
+    argv += ["latency", shaped.latency]
     run = subprocess.run(argv, capture_output=True, text=True)
     if run.returncode != 0:
         raise LinkError(

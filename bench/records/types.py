@@ -336,8 +336,13 @@ class Link(TypedDict, total=False):
     rate_bps: Positive  # the token-bucket rate in bits/s, both directions
     emulated: bool
     qdisc: str
-    burst_bytes: Count
-    latency: str
+    burst_bytes: Count  # tbf's bucket: what passes at line speed after an idle spell
+    latency: str  # how long a packet may queue in tbf before it is dropped
+    # each end's MTU, and GSO on the veth ("on": tbf cuts GSO packets bigger than its
+    # bucket into MTU frames); absent from records of the earlier shaping (MTU 1500,
+    # GSO on, a bucket of 66 KB or more)
+    mtu: Positive
+    gso: str
 
 
 class Trace(TypedDict, total=False):

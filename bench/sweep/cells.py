@@ -19,7 +19,7 @@ from bench.core import machine
 from bench.core.errors import InputError, LaunchError, SweepError
 from bench.core.units import format_rate
 from bench.engines import Engine, Where
-from bench.launch import slurm
+from bench.launch import netns, slurm
 from bench.launch.cluster import Cluster
 from bench.sweep.config import SLURM, SweepConfig
 
@@ -67,7 +67,8 @@ class Cell:
                 env_key,
                 *self.options,
                 *([self.hosts_label] if self.cluster else []),
-                *([f"link={self.link_bps}"] if self.link_bps else []),
+                # the rate and how it is shaped: a link shaped otherwise is another cell
+                *([netns.link_key(self.link_bps)] if self.link_bps else []),
                 *(["launcher=slurm"] if self.allocation else []),
             ],
             sort_keys=True,
