@@ -238,7 +238,9 @@ def test_oversubscribed_runs_are_flagged_in_every_table() -> None:
             "usable_cpus": 2,
         }
     comp = report.compare(golden)[0]
-    for name, df in comp.sections.items():
+    cells = {n: df for n, df in comp.sections.items() if "engine" in df}  # not: a row a pair
+    assert set(comp.sections) - set(cells) == {"decided"}
+    for name, df in cells.items():
         marks = df.set_index(["engine", "workers"])["oversubscribed"]
         assert marks.loc[("ddp", 2)] == "YES", name
         assert marks.loc[("horovod", 2)] == "no", name
@@ -301,7 +303,8 @@ def test_json_and_csv_keep_numbers_as_numbers() -> None:
     csv = render.render(loaded, "csv", runs.DEFAULT_TARGET) or ""
     table = pd.read_csv(io.StringIO(csv))
     assert list(table.columns[-5:]) == ["value", "low", "high", "n", "text"]
-    assert set(table["section"]) == {"throughput", "per rank", "accuracy", "head to head"}
+    sections = {"throughput", "per rank", "accuracy", "head to head", "decided", "noise"}
+    assert set(table["section"]) == sections
     sps = table[(table["section"] == "throughput") & (table["metric"] == "samples/s")]
     one = sps[(sps["engine"] == "ddp") & (sps["workers"] == 2)].iloc[0]
     assert (one["value"], one["n"]) == (150, 3) and one["low"] < 150 < one["high"]

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bench.analysis import breakdown, figures, startup, tuning
+from bench.analysis import breakdown, decisions, figures, noise, startup, tuning
 from bench.analysis import knobs as knob_table
 from bench.analysis.frame import DEFAULT_TARGET, frame, libraries_text
 from bench.measure import stats
@@ -413,8 +413,13 @@ def _protocol_notes(gdf: pd.DataFrame, others: pd.DataFrame) -> list[str]:
     return out
 
 
-def compare(recs: Iterable[LoadedRecord], target: float = DEFAULT_TARGET) -> list[Comparison]:
-    """One comparison per distinct synchronised spec (seed aside), sorted by title."""
+def compare(
+    recs: Iterable[LoadedRecord],
+    target: float = DEFAULT_TARGET,
+    precision: float = decisions.DEFAULT_PRECISION,
+) -> list[Comparison]:
+    """One comparison per distinct synchronised spec (seed aside), sorted by title;
+    `precision` is the P at which head-to-heads are decided (bench/analysis/decisions.py)."""
     recs = list(recs)
     df = frame(recs, target)
     if df.empty:
@@ -431,6 +436,8 @@ def compare(recs: Iterable[LoadedRecord], target: float = DEFAULT_TARGET) -> lis
             "per rank": _rank_rows(gdf),
             "accuracy": _accuracy_rows(gdf, target),
             "head to head": _head_to_head_rows(gdf, iv),
+            "decided": decisions.rows(_ok(gdf), precision),
+            "noise": noise.rows(_ok(gdf), precision),
         }
         starts = startup.rows(gdf)
         if not starts.empty:  # records before start-up was recorded have none
@@ -508,6 +515,16 @@ _FORMATS = {
     "peak RSS MB": "{:,.0f}",
     "CPU util": "{:.2f}",
     "vs fastest": "{:.2f}",
+    "ratio": "{:.3f}",
+    # the noise table (bench/analysis/noise.py)
+    "windows": "{:.0f}",
+    "within": "{:.1%}",
+    "between": "{:.1%}",
+    "launch CV": "{:.1%}",
+    "launch s": "{:.2f}",
+    "window s": "{:.3f}",
+    "best windows": "{:.0f}",
+    "launches +-P": "{:.0f}",
     **{
         c: "{:.2f}"
         for c in (

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -126,7 +127,7 @@ def variant(r: RunRecord) -> str:
 
 
 def _why_columns(r: RunRecord) -> dict[str, Any]:
-    """Utilisation, start-up, cost and energy inputs of one run."""
+    """Utilisation, start-up, contention, cost and energy inputs of one run."""
     return {
         "peak_gflops": figures.peak_capacity(r),  # all workers at the measured peak
         "startup": _startup(r),  # launch to first timed step (bench/analysis/startup.py)
@@ -138,6 +139,9 @@ def _why_columns(r: RunRecord) -> dict[str, Any]:
         "per_worker_batch": r.get("per_worker_batch"),
         # who used the CPUs while it was timed, per rank (bench/analysis/figures.py)
         "cpu": figures.rank_cpu(r),
+        # others or the hypervisor took CPU while it was timed (bench/measure/contention.py)
+        "contended": bool(r.get("contended")),
+        "contention_cause": contention_cause(r),
         # how its workers shared one machine's CPUs (the verdict's advice is checked on it)
         "layout": figures.layouts(r)[0],
         "step_s": figures.step_s(r),
@@ -222,9 +226,7 @@ def _row(r: LoadedRecord, target: float) -> dict[str, Any]:
         "protocol": protocol,
         "title": _title(spec),
         "throughput": r.get("throughput"),
-        # others or the hypervisor took CPU while it was timed (bench/measure/contention.py)
-        "contended": bool(r.get("contended")),
-        "contention_cause": contention_cause(r),
+        **_noise_columns(r),
         "train_flops": flops.get("train") or np.nan,
         **_why_columns(r),
         "rank_throughput": r.get("per_rank_throughput") or [],
@@ -247,6 +249,23 @@ def _row(r: LoadedRecord, target: float) -> dict[str, Any]:
         "math": _math(r.get("knobs") or {}),
         "error": r.get("error"),
     }
+
+
+def _noise_columns(r: LoadedRecord) -> dict[str, Any]:
+    """What the noise levels and the sequential decisions read (bench/analysis/noise.py,
+    decisions.py): the launch's windows, what the launch cost from the sweep's start of
+    it to its launcher's exit, and which repeat of its cell it was."""
+    labels = r.get("labels")
+    return {
+        "windows": r.get("window_stats") or records.window_stats(r),
+        "launch_s": _seconds(r.get("launch_to_exit_s")) or _seconds(r.get("launch_to_stop_s")),
+        "repeat": labels.get("repeat") if isinstance(labels, dict) else None,
+    }
+
+
+def _seconds(x: Any) -> float | None:
+    ok = isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+    return float(x) if ok else None
 
 
 def contention_cause(r: Mapping[str, Any]) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bench.analysis import busbw, html, predict, textfit, tuning
+from bench.analysis import busbw, decisions, html, noise, predict, textfit, tuning
 from bench.analysis import knobs as knob_table
 from bench.analysis.compare import Comparison, compare, displayed
 from bench.records import Loaded
@@ -28,6 +28,8 @@ _KEYS_OF = {
     "ranks); of peak: achieved FLOP/s over the machine's measured matmul peak",
     "start-up": "every phase in seconds, median over runs; from: where the clock starts "
     "(launch: when bench run launched the cell; process start: a runner started by hand)",
+    "decided": decisions.KEY,
+    "noise": noise.KEY,
     "where the step goes (ms)": "ms per step; '-': not measured for that cell (the note under "
     "'comm measured by' says why)",
 }
@@ -43,7 +45,9 @@ def render_text(comp: Comparison, width: int | None = None) -> str:
     for name, section in comp.sections.items():
         if section.empty:
             continue
-        lines += ["", f"  {name}:", *textfit.table(displayed(name, section), width)]
+        # a row is an (engine, workers) cell, or in the decided table a pair
+        keys = ("workers", "a", "b") if "a" in section else textfit.KEYS
+        lines += ["", f"  {name}:", *textfit.table(displayed(name, section), width, keys=keys)]
         if name in _KEYS_OF:
             lines += textfit.wrap(f"key: {_KEYS_OF[name]}", width, "  ")
     lines.append("")
@@ -162,13 +166,14 @@ def render(
     target: float,
     figures: list[bytes] | None = None,
     width: int | None = None,
+    precision: float = decisions.DEFAULT_PRECISION,
 ) -> str | None:
     """The comparison of `loaded` in one format; None when nothing is comparable.
 
     For html, the figures' PNG bytes are appended to `figures` when it is given. Text
     fits `width` columns (None: no limit, one table each).
     """
-    comps = compare(loaded.records, target)
+    comps = compare(loaded.records, target, precision)
     coll = busbw.tables(loaded.records)
     predicted = predict.render_text(loaded.records)  # model figures, shown apart
     tuned = tuning.rows(loaded.records)  # bench tune's fresh default and tuned runs

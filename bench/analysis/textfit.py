@@ -67,6 +67,8 @@ def _label(row: pd.Series, keys: Sequence[str]) -> str:
     """A row's name in a note: 'ddp x2', or its setting."""
     if "engine" in keys and "workers" in keys:
         return f"{row['engine']} x{row['workers']}"
+    if "a" in keys and "b" in keys:  # a pair of the decided table
+        return f"{row['a']} / {row['b']} x{row['workers']}"
     return " ".join(str(row[k]) for k in keys)
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import re
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from bench import engines
-from bench.core.errors import Interrupted
+from bench.core.errors import InputError, Interrupted
 from bench.records import Loaded
 
 EXIT_BAD_INPUT = 2
@@ -143,3 +144,26 @@ def write_file(path: Path, text: str) -> int:
         return EXIT_BAD_INPUT
     print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h)?\s*$")
+
+
+def parse_precision(text: str) -> float:
+    """'5%' or '0.05' -> 0.05; refused outside (0, 0.5)."""
+    t = text.strip()
+    try:
+        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise InputError(f"--decide-at takes a share such as 5% or 0.05, got {text!r}") from None
+    if not 0 < value < 0.5:
+        raise InputError(f"--decide-at must be between 0 and 50% (e.g. 5%), got {text!r}")
+    return value
+
+
+def parse_budget(text: str) -> float:
+    """'20m', '90s', '1.5h' or plain seconds -> seconds."""
+    m = _DURATION.match(text)
+    if not m or float(m.group(1)) <= 0:
+        raise InputError(f"--budget takes a time such as 20m, 90s or 1h, got {text!r}")
+    return float(m.group(1)) * {"s": 1, None: 1, "m": 60, "min": 60, "h": 3600}[m.group(2)]

@@ -10,11 +10,12 @@ from pathlib import Path
 import pandas as pd
 
 from bench import records
-from bench.analysis import cost, frame, regress, render, textfit
+from bench.analysis import cost, decisions, frame, regress, render, textfit
 from bench.cli.common import (
     DEFAULT_TARGET,
     EXIT_BAD_INPUT,
     not_records,
+    parse_precision,
     report_skipped,
     write_file,
 )
@@ -73,6 +74,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--sources", action="store_true", help="list the record (file:line) behind every run"
     )
+    _report_flags(p)
+
+
+def _report_flags(p: argparse.ArgumentParser) -> None:
+    """How the tables read: prices, the precision of decisions, the width."""
     p.add_argument(
         "--price-per-hour",
         type=float,
@@ -81,6 +87,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "samples and cost to the target accuracy (text and markdown)",
     )
     p.add_argument("--price-per", choices=["worker", "node"], default="worker")
+    p.add_argument(
+        "--decide-at",
+        default="5%",
+        help="the P at which head-to-heads read as decided: faster, slower, or equivalent "
+        "within P (default: 5%%)",
+    )
     p.add_argument(
         "--wide",
         action="store_true",
@@ -118,11 +130,19 @@ def run(args: argparse.Namespace) -> int:
         price = (
             None if args.price_per_hour is None else cost.Price(args.price_per_hour, args.price_per)
         )
+        precision = parse_precision(args.decide_at)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     return print_tables(
-        paths, args.format, args.sources, args.target_accuracy, args.out, price, args.wide
+        paths,
+        args.format,
+        args.sources,
+        args.target_accuracy,
+        args.out,
+        price,
+        args.wide,
+        precision,
     )
 
 
@@ -134,6 +154,7 @@ def print_tables(
     out_dir: str | None = None,
     price: cost.Price | None = None,
     wide: bool = False,
+    precision: float = decisions.DEFAULT_PRECISION,
 ) -> int:
     """Print the comparison of the records under `paths` (and write it under `out_dir`);
     text fits the terminal unless `wide`."""
@@ -145,7 +166,7 @@ def print_tables(
     loaded = records.load(paths) if fmt == "html" else records.load_summaries(paths)
     report_skipped(loaded)
     width = textfit.width(wide)
-    text = render.render(loaded, fmt, target, width=width)
+    text = render.render(loaded, fmt, target, width=width, precision=precision)
     if text is None:
         print(
             f"no readable records under {', '.join(paths)}; run `bench run` or a runner first",

@@ -9,15 +9,19 @@ import json
 import os
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from bench import engines, records
-from bench.cli import compare
+from bench.analysis import decisions
+from bench.cli import compare, until_decided
 from bench.cli.common import (
     EXIT_BAD_INPUT,
     comma_list,
     engine_names,
+    parse_budget,
+    parse_precision,
     stop_on_signals,
     stopped_status,
     tidy_spec_help,
@@ -54,6 +58,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the launch commands and exit")
     p.add_argument(
         "--no-compare", action="store_true", help="do not print the comparison at the end"
+    )
+    p.add_argument(
+        "--decide-at",
+        help="after the repeats, add launches until every head-to-head is decided at this "
+        "precision (e.g. 5%%: faster, slower, or equivalent within 5%%) or the budget is "
+        "spent (docs/methodology.md#decided-not-only-measured)",
+    )
+    p.add_argument(
+        "--budget", help="with --decide-at: stop adding launches after this time (e.g. 20m, 1h)"
     )
     add_spec_flags(p)
     # a sweep takes --models and --datasets; --model and --dataset parse only to be refused
@@ -235,6 +248,17 @@ def run(args: argparse.Namespace) -> int:
         config, base, job = sweep_inputs(args)
         # absolute: launchers run from the repository root, remote ones on other hosts
         results = Path(args.results).resolve()
+        if args.budget and not args.decide_at:
+            raise SweepError("--budget goes with --decide-at (e.g. --decide-at 5% --budget 20m)")
+        if args.decide_at and (args.submit or args.force):
+            raise SweepError(
+                "--decide-at decides from the launches recorded so far: run it without "
+                f"--{'submit' if args.submit else 'force'}"
+            )
+        if args.decide_at:  # checked before anything runs
+            parse_precision(args.decide_at)
+            if args.budget:
+                parse_budget(args.budget)
         if args.submit:
             return _submit(args, config, base, job, results)
         if args.sbatch_args:
@@ -252,13 +276,9 @@ def run(args: argparse.Namespace) -> int:
             if config.emulate_link:
                 # the pair is removed on the way out, Ctrl-C and SIGTERM included
                 with emulate.emulated(config) as on_link:
-                    outcomes = run_sweep(
-                        on_link, base, results, force=args.force, before_cells=peak_first
-                    )
+                    outcomes = _execute(args, on_link, base, results, peak_first)
             else:
-                outcomes = run_sweep(
-                    config, base, results, force=args.force, before_cells=peak_first
-                )
+                outcomes = _execute(args, config, base, results, peak_first)
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -271,6 +291,25 @@ def run(args: argparse.Namespace) -> int:
         )
         return status
     return _finish(args, outcomes, results)
+
+
+def _execute(
+    args: argparse.Namespace,
+    config: SweepConfig,
+    base: RunSpec,
+    results: Path,
+    before: Callable[[], None],
+) -> list[CellResult]:
+    """The sweep's cells; with --decide-at, then launches until decided (or the budget)."""
+
+    def run_cells(cells: list[Cell] | None) -> list[CellResult]:
+        return run_sweep(config, base, results, force=args.force, before_cells=before, cells=cells)
+
+    if args.decide_at is None:
+        return run_cells(None)
+    precision = parse_precision(args.decide_at)
+    budget = parse_budget(args.budget) if args.budget else None
+    return until_decided.run(config, base, results, precision, budget, run_cells)
 
 
 def _measure_peak(base: RunSpec, results: Path, quiet_machine: bool) -> None:
@@ -299,7 +338,13 @@ def _finish(args: argparse.Namespace, outcomes: list[CellResult], results: Path)
     bad = [o for o in outcomes if o.status not in (records.Status.OK, records.Status.UNAVAILABLE)]
     if not args.no_compare:
         print()
-        compare.print_tables([str(records.results_file(results))], "text", False)
+        precision = parse_precision(args.decide_at) if args.decide_at else None
+        compare.print_tables(
+            [str(records.results_file(results))],
+            "text",
+            False,
+            precision=precision or decisions.DEFAULT_PRECISION,
+        )
     if bad:
         print(f"bench run: {len(bad)} of {len(outcomes)} cells did not finish ok", file=sys.stderr)
         return 1

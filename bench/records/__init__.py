@@ -25,7 +25,7 @@ from bench.records.store import (
     timestamp,
     typed_labels,
 )
-from bench.records.summaries import load_summaries, summarise
+from bench.records.summaries import load_summaries, summarise, window_stats
 from bench.records.types import SCHEMA_VERSION, Kind, LoadedRecord, RunRecord, Status
 
 __all__ = [
@@ -55,4 +55,5 @@ __all__ = [
     "summarise",
     "timestamp",
     "typed_labels",
+    "window_stats",
 ]

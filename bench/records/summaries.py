@@ -9,6 +9,7 @@ truth and the cache is rebuilt from it whenever in doubt.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from bench.records.types import LoadedRecord
 # whole. A summary keeps everything else and the quantiles the tables show.
 HEAVY_FIELDS = ("step_times_s", "window_times_s", "window_throughput", "step_losses", "launcher")
 EPOCH_FIELDS = ("epoch", "train_time_s", "test_accuracy", "test_loss", "train_loss")
-CACHE_VERSION = 3  # 3: records of schema 3 (the protocol named)
+CACHE_VERSION = 4  # 4: window statistics kept (window_stats)
 
 
 def summarise(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -41,6 +42,9 @@ def summarise(record: Mapping[str, Any]) -> dict[str, Any]:
             "p95": _quantile(ordered, 0.95),
             "n": len(ordered),
         }
+    windows = window_stats(record)
+    if windows is not None:
+        out["window_stats"] = windows
     losses = record.get("step_losses")
     if isinstance(losses, list) and losses:
         # first, middle and last step: what compare's loss-trajectory column shows
@@ -48,6 +52,37 @@ def summarise(record: Mapping[str, Any]) -> dict[str, Any]:
         out["step_losses"] = [losses[0], losses[n // 2], losses[n - 1]]
     out["_summary"] = True
     return out
+
+
+def window_stats(record: Mapping[str, Any]) -> dict[str, float] | None:
+    """The launch's windows as the noise table needs them: their number, the mean and
+    variance (ddof 1) of their log throughputs, and a window's median seconds. None
+    without two good windows (older records, failed runs, damaged arrays)."""
+    tput = record.get("window_throughput")
+    steps = record.get("window_steps")
+    batch = record.get("global_batch")
+    if not isinstance(tput, list) or not isinstance(steps, list) or len(tput) != len(steps):
+        return None
+    pairs = [
+        (float(t), float(k))
+        for t, k in zip(tput, steps, strict=True)
+        if _positive(t) and _positive(k)
+    ]
+    if len(pairs) < 2 or not isinstance(batch, int | float) or not _positive(batch):
+        return None
+    logs = [math.log(t) for t, _ in pairs]
+    mean = sum(logs) / len(logs)
+    seconds = sorted(k * float(batch) / t for t, k in pairs)
+    return {
+        "n": len(logs),
+        "log_mean": mean,
+        "log_var": sum((x - mean) ** 2 for x in logs) / (len(logs) - 1),
+        "window_s": _quantile(seconds, 0.5),
+    }
+
+
+def _positive(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
 def _quantile(ordered: list[float], q: float) -> float:

@@ -354,12 +354,14 @@ def run_sweep(
     python: str | None = None,
     on_cell: Callable[[CellResult], None] | None = None,
     before_cells: Callable[[], None] | None = None,
+    cells: Sequence[Cell] | None = None,
 ) -> list[CellResult]:
     """Run every cell not already recorded; returns what ran (skipped cells excluded).
 
     `before_cells` runs once every check has passed and before the first cell (a
-    refused sweep leaves nothing behind), and only when there is a cell to run."""
-    cells = plan(config, base)
+    refused sweep leaves nothing behind), and only when there is a cell to run. `cells`:
+    these instead of the config's plan (`bench run --precision` adds launches)."""
+    cells = plan(config, base) if cells is None else list(cells)
     unavailable = check_plan(cells, config, python)
     records.check_writable(results)
     env_key = environment_key()

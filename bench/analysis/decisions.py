@@ -1,0 +1,144 @@
+"""Which head-to-heads are settled: each pair's sequential decision, from the records.
+
+The pairs of one comparison: every two engines at the same worker count (their
+throughput ratio), and every engine at n workers against its own 1-worker cell (its
+efficiency). Each is decided by bench/measure/sequential.py, replaying its looks in the
+order the launches were recorded, so `bench compare` says what `bench run --decide-at`
+saw when it stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from bench.measure import sequential
+from bench.measure.sequential import DIFFERENT, EQUIVALENT, UNDECIDED, Side
+
+DEFAULT_PRECISION = 0.05
+DEFAULT_LAUNCH_S = 10.0  # a launch's cost where no record says (older records)
+
+
+@dataclasses.dataclass(frozen=True)
+class Pair:
+    what: str  # "head to head" | "efficiency"
+    workers: int
+    a: str  # engine (cell) on top of the ratio
+    b: str  # engine (cell) below; for efficiency, the same engine at 1 worker
+    a_rows: tuple[int, ...]  # frame index of each side's launches, in record order
+    b_rows: tuple[int, ...]
+    scale: float = 1.0
+
+    @property
+    def name(self) -> str:
+        if self.what == "efficiency":
+            return f"{self.a} x{self.workers} efficiency"
+        return f"{self.a} / {self.b} x{self.workers}"
+
+
+def usable(ok: pd.DataFrame) -> pd.DataFrame:
+    """The launches a ratio can use: a finite, positive throughput (a damaged record's
+    may be anything)."""
+    if ok.empty or "throughput" not in ok:
+        return ok.iloc[0:0]
+    tput = pd.to_numeric(ok["throughput"], errors="coerce")
+    return ok[np.isfinite(tput) & (tput > 0)]
+
+
+def pairs(ok: pd.DataFrame) -> list[Pair]:
+    """Every head-to-head and efficiency pair among one comparison's ok, synced launches."""
+    ok = usable(ok)
+    if ok.empty:
+        return []
+    cells = {k: tuple(g.index) for k, g in ok.groupby(["engine", "workers"])}
+    where = {e: e[len(s) :] for e, s in zip(ok["engine"], ok["single_node_engine"], strict=True)}
+    out = []
+    for workers in sorted({int(w) for _, w in cells}):
+        engines = sorted(e for e, w in cells if w == workers)
+        for a, b in itertools.combinations(engines, 2):
+            if where[a] != where[b]:  # engines over different links or nodes: no pair
+                continue
+            out.append(Pair("head to head", workers, a, b, cells[a, workers], cells[b, workers]))
+    for (engine, workers), rows in sorted(cells.items()):
+        single = ok.loc[list(rows), "single_node_engine"].iloc[0]
+        if workers > 1 and (single, 1) in cells:
+            base = cells[single, 1]
+            out.append(Pair("efficiency", workers, engine, single, rows, base, float(workers)))
+    return out
+
+
+def side(ok: pd.DataFrame, rows: tuple[int, ...]) -> Side:
+    cell = ok.loc[list(rows)]
+    tput = [float(t) for t in cell["throughput"]]
+    launch = [float(s) for s in cell["launch_s"] if isinstance(s, int | float) and s > 0]
+    return Side(
+        tuple(math.log(t) for t in tput), float(np.median(launch)) if launch else DEFAULT_LAUNCH_S
+    )
+
+
+def decide(ok: pd.DataFrame, pair: Pair, precision: float) -> sequential.Decision:
+    a, b = side(ok, pair.a_rows), side(ok, pair.b_rows)
+    # record order is launch order: the frame keeps the order records were appended
+    order = ["a" if i in set(pair.a_rows) else "b" for i in sorted({*pair.a_rows, *pair.b_rows})]
+    return sequential.decide(a, b, order, precision, pair.scale)
+
+
+def _reading(pair: Pair, d: sequential.Decision, precision: float) -> str:
+    if d.outcome == EQUIVALENT:
+        return f"equivalent within {precision:.0%}"
+    if d.outcome == DIFFERENT and pair.what == "efficiency":
+        return "below 1" if d.ratio < 1 else "above 1"
+    if d.outcome == DIFFERENT:
+        return "a faster" if d.ratio > 1 else "b faster"
+    return UNDECIDED
+
+
+def rows(ok: pd.DataFrame, precision: float) -> pd.DataFrame:
+    """A row per pair: the ratio and interval at its deciding (or latest) look, what it
+    reads, the launches and minutes it took, and for an undecided pair the launches a
+    side it would need at the measured variances."""
+    out: list[dict[str, Any]] = []
+    ok = usable(ok)
+    for pair in pairs(ok):
+        d = decide(ok, pair, precision)
+        a, b = side(ok, pair.a_rows), side(ok, pair.b_rows)
+        minutes = sum(s.launch_s * s.n for s in (a, b)) / 60
+        more: Any = "-"
+        if d.outcome == UNDECIDED and min(a.n, b.n) < sequential.MIN_SIDE:
+            more = f"{sequential.MIN_SIDE} a side first"
+        elif d.outcome == UNDECIDED:
+            need = sequential.more_launches(a, b, precision, pair.scale)
+            more = f"{need[0]} + {need[1]}" if need else "beyond the last look"
+        interval = "-" if d.low is None else f"[{d.low:.3f}, {d.high:.3f}]"
+        out.append(
+            {
+                "workers": pair.workers,
+                "a": pair.a,
+                "b": pair.b if pair.what == "head to head" else "efficiency",
+                "ratio": d.ratio,
+                "interval": interval,
+                "decided": _reading(pair, d, precision),
+                "launches": f"{a.n} + {b.n}",
+                "minutes": round(minutes, 1),
+                "more launches": more,
+            }
+        )
+    return pd.DataFrame(out)
+
+
+KEY = (
+    "a row a pair: ratio = a / b, or a's efficiency against its own 1-worker cell; decided "
+    "at +-P (bench run/compare --decide-at, 5% unless set): the ratio's interval "
+    "excludes 1 (a or b faster; an efficiency below 1), or lies inside [1-P, 1+P] "
+    "(equivalent); the intervals hold "
+    f"at {sequential.confidence():.2%} at each of the looks taken at "
+    f"{', '.join(map(str, sequential.LOOKS))} launches of the pair, so that stopping "
+    "when decided stays within 5% wrong decisions; interval: at the deciding (or latest) "
+    "look; more launches: a + b to add at the measured variances "
+    "(docs/methodology.md#decided-not-only-measured)"
+)

@@ -1,0 +1,167 @@
+"""`bench run --decide-at P [--budget TIME]`: launches added until head-to-heads are decided.
+
+After the sweep's first round (its repeats, three at least), each round re-reads the
+records, decides every pair as `bench compare` does (bench/analysis/decisions.py) and
+launches one more run for each model with an undecided pair: the pair closest to a
+decision in seconds (at the measured variances), on its side that narrows the interval
+most per second. A pair that no allocation within the looks could decide gets nothing:
+it would swallow the budget and decide nothing. Rounds interleave the models and, pair
+by pair, the engines, so the machine's drift spreads over every side. It stops when
+nothing more can be decided or the next round would overrun the budget.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+import pandas as pd
+
+from bench import records
+from bench.analysis import decisions
+from bench.analysis.frame import frame
+from bench.contract.spec import RunSpec
+from bench.core.units import clock
+from bench.measure import sequential
+from bench.sweep.cells import Cell, plan
+from bench.sweep.config import SweepConfig
+from bench.sweep.execute import CellResult
+
+MAX_FAILURES = 3  # a cell that keeps failing would be chosen again and again
+RunCells = Callable[[list[Cell] | None], list[CellResult]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    cell: Cell
+    pair: str
+    seconds: float  # what the launch is expected to cost
+
+
+def _ok_synced(results: Path, config: SweepConfig) -> pd.DataFrame:
+    """The sweep's ok, synchronised launches, in record order: this machine's latest
+    comparison group of each model (a results folder may hold other specs or machines)."""
+    df = frame(records.load_summaries([records.results_file(results)]).records)
+    if df.empty:
+        return df
+    engines = {e.value for e in config.engines}
+    keep = (
+        (df["status"] == records.Status.OK)
+        & df["grad_sync"].astype(bool)
+        & df["engine"].isin(engines)
+        & df["workers"].isin(config.workers)
+        & df["model"].isin(config.models)
+    )
+    df = df[keep]
+    latest = df.groupby("model")["group"].last()
+    return df[df["group"].isin(latest.values)]
+
+
+def _cell_for(
+    templates: list[Cell], engine: str, workers: int, model: str, ok: pd.DataFrame
+) -> Cell:
+    template = next(
+        c
+        for c in templates
+        if c.engine.value == engine and c.workers == workers and c.spec.model == model
+    )
+    done = ok[(ok["engine"] == engine) & (ok["workers"] == workers) & (ok["model"] == model)]
+    repeat = 1 + max([int(r) for r in done["repeat"] if r is not None] or [template.repeat])
+    seed = template.spec.seed + repeat - template.repeat if template.seed_mode == "vary" else None
+    spec = template.spec if seed is None else template.spec.replace(seed=seed)
+    return dataclasses.replace(template, repeat=repeat, spec=spec)
+
+
+def choose(
+    ok: pd.DataFrame, templates: list[Cell], precision: float
+) -> tuple[list[Choice], int, int]:
+    """One launch per model with an undecided pair that can still be decided, and the
+    counts (decided, all) of pairs."""
+    chosen, decided, total = [], 0, 0
+    for model, gdf in ok.groupby("model", sort=True):
+        best: tuple[float, Choice] | None = None
+        for pair in decisions.pairs(gdf):
+            total += 1
+            d = decisions.decide(gdf, pair, precision)
+            if d.outcome != sequential.UNDECIDED:
+                decided += 1
+                continue
+            a, b = decisions.side(gdf, pair.a_rows), decisions.side(gdf, pair.b_rows)
+            need = sequential.more_launches(a, b, precision, pair.scale)
+            if need is None:
+                continue
+            seconds = need[0] * a.launch_s + need[1] * b.launch_s
+            side = sequential.next_side(a, b)
+            if side == "a":
+                engine, workers, launch_s = pair.a, pair.workers, a.launch_s
+            else:  # an efficiency's other side is the 1-worker cell
+                workers = 1 if pair.what == "efficiency" else pair.workers
+                engine, launch_s = pair.b, b.launch_s
+            cell = _cell_for(templates, engine, workers, str(model), gdf)
+            if best is None or seconds < best[0]:
+                best = (seconds, Choice(cell, pair.name, launch_s))
+        if best is not None:
+            chosen.append(best[1])
+    return chosen, decided, total
+
+
+def run(
+    config: SweepConfig,
+    base: RunSpec,
+    results: Path,
+    precision: float,
+    budget_s: float | None,
+    run_cells: RunCells,
+    out: TextIO | None = None,
+) -> list[CellResult]:
+    """The first round, then rounds of chosen launches until decided or out of budget."""
+    say = out or sys.stdout
+    start = time.monotonic()
+    first = dataclasses.replace(config, repeats=max(config.repeats, sequential.MIN_SIDE))
+    outcomes = run_cells(plan(first, base))
+    templates = [c for c in plan(dataclasses.replace(first, repeats=1), base) if c.spec.grad_sync]
+    failures = 0
+    while True:
+        ok = _ok_synced(results, config)
+        chosen, decided, total = choose(ok, templates, precision)
+        spent = time.monotonic() - start
+        status = f"{decided} of {total} pairs decided at +-{precision:.0%} after {clock(spent)}"
+        if not chosen:
+            why = (
+                "every pair decided"
+                if decided == total
+                else "no more can be decided within the looks"
+            )
+            print(f"bench run --decide-at: {status}; {why}", file=say, flush=True)
+            return outcomes
+        cost = sum(c.seconds for c in chosen)
+        if budget_s is not None and spent + cost > budget_s:
+            print(
+                f"bench run --decide-at: {status}; the budget ({clock(budget_s)}) is spent",
+                file=say,
+                flush=True,
+            )
+            return outcomes
+        print(
+            f"bench run --decide-at: {status}; next: "
+            + ", ".join(
+                f"{c.cell.engine.value} x{c.cell.workers} {c.cell.spec.model} ({c.pair})"
+                for c in chosen
+            ),
+            file=say,
+            flush=True,
+        )
+        ran = run_cells([c.cell for c in chosen])
+        outcomes += ran
+        failures += sum(o.status != records.Status.OK for o in ran)
+        if failures >= MAX_FAILURES:
+            print(
+                f"bench run --decide-at: {status}; stopped after {failures} failed launches "
+                "(their logs say why)",
+                file=say,
+            )
+            return outcomes

@@ -1,0 +1,252 @@
+"""Sequential head-to-head decisions: launches added until a ratio is settled.
+
+A head-to-head is the ratio of two cells' throughputs (or a cell's efficiency against
+its 1-worker cell). The unit of replication is the launch: inside one launch, windows
+agree to about 1%, while launches differ by 5-15% (docs/methodology.md), so more
+windows do not settle anything and more launches do.
+
+Decided means, at precision P:
+- "different": the ratio's interval excludes 1 (one side is faster);
+- "equivalent": the interval lies inside [1 - P, 1 + P].
+
+The number of launches depends on the data (the loop stops when a pair is decided), so
+a fixed-n interval would be too narrow: looking after every launch and stopping at the
+first interval that excludes 1 calls an A/A pair "different" far more often than 5%.
+The intervals here hold at every look at once by spending alpha over a fixed schedule
+of looks (Bonferroni): the pair is looked at only when its launch count reaches
+`LOOKS[k]` (a geometric schedule), each look at confidence 1 - alpha / len(LOOKS). The
+chance that any look's interval misses the true ratio is then at most alpha, whatever
+the stopping rule and the allocation, so a wrong "different" or a wrong "equivalent"
+happens in at most alpha of the pairs. The intervals are Welch's on log throughput, as
+for the fixed-repeat head-to-head (bench/measure/stats.py); `simulate` checks the error
+rates on launch distributions that are not log-normal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from bench.measure import stats
+
+ALPHA = 0.05
+# The pair's total launches at which it is looked at: growth by half, from three a side.
+LOOKS = (6, 9, 13, 19, 28, 42, 63, 94)
+MIN_SIDE = stats.MIN_RUNS  # Welch's interval needs this many launches on each side
+DIFFERENT, EQUIVALENT, UNDECIDED = "different", "equivalent", "undecided"
+
+
+@dataclasses.dataclass(frozen=True)
+class Side:
+    """One cell of a pair: its launches' log throughputs, in launch order, and the seconds
+    one more launch of it costs."""
+
+    logs: tuple[float, ...]
+    launch_s: float
+
+    @property
+    def n(self) -> int:
+        return len(self.logs)
+
+    @property
+    def var(self) -> float:
+        return float(np.var(self.logs, ddof=1)) if self.n >= 2 else math.nan
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    outcome: str  # DIFFERENT | EQUIVALENT | UNDECIDED
+    ratio: float  # exp(mean log a - mean log b - log scale) at the deciding look
+    low: float | None
+    high: float | None
+    look: int  # looks taken (0: none yet)
+    launches: int  # the pair's launches when decided, or all of them so far
+    confidence: float
+
+
+def confidence(alpha: float = ALPHA, looks: Sequence[int] = LOOKS) -> float:
+    return 1 - alpha / len(looks)
+
+
+def interval(
+    a: Sequence[float], b: Sequence[float], scale: float = 1.0, conf: float = 0.95
+) -> tuple[float, float, float]:
+    """(ratio, low, high) of exp(mean a - mean b) / scale, Welch's interval on the logs."""
+    va, vb = float(np.var(a, ddof=1)) / len(a), float(np.var(b, ddof=1)) / len(b)
+    diff = float(np.mean(a) - np.mean(b)) - math.log(scale)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return math.exp(diff), math.exp(diff), math.exp(diff)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    half = stats.t_quantile(0.5 + conf / 2, max(df, 1.0)) * se
+    return math.exp(diff), math.exp(diff - half), math.exp(diff + half)
+
+
+def outcome(low: float, high: float, precision: float) -> str:
+    if high < 1 or low > 1:
+        return DIFFERENT
+    if 1 - precision <= low and high <= 1 + precision:
+        return EQUIVALENT
+    return UNDECIDED
+
+
+def decide(
+    a: Side,
+    b: Side,
+    order: Sequence[str],
+    precision: float,
+    scale: float = 1.0,
+    alpha: float = ALPHA,
+    looks: Sequence[int] = LOOKS,
+) -> Decision:
+    """The pair's decision, replayed look by look in launch order.
+
+    `order` names the side of each launch ("a" or "b") as they happened, so that the
+    looks see exactly the data they saw when the loop took them; the first look that
+    decides settles the pair. Undecided: the latest look's interval, or all launches'
+    when no look had three launches a side."""
+    conf = confidence(alpha, looks)
+    na = nb = 0
+    last: Decision | None = None
+    look = 0
+    for total, side in enumerate(order, start=1):
+        na, nb = na + (side == "a"), nb + (side == "b")
+        if total not in looks:
+            continue
+        look += 1
+        if min(na, nb) < MIN_SIDE:
+            continue
+        r, lo, hi = interval(a.logs[:na], b.logs[:nb], scale, conf)
+        last = Decision(outcome(lo, hi, precision), r, lo, hi, look, total, conf)
+        if last.outcome != UNDECIDED:
+            return last
+    if last is not None:
+        return dataclasses.replace(last, look=look, launches=a.n + b.n)
+    ratio = math.exp(float(np.mean(a.logs) - np.mean(b.logs)) - math.log(scale))
+    return Decision(UNDECIDED, ratio, None, None, look, a.n + b.n, conf)
+
+
+def needed_half_width(log_ratio: float, precision: float) -> float:
+    """The half-width (in log ratio) at which a pair at this estimate would be decided:
+    the easier of excluding 1 and fitting inside [1 - P, 1 + P]."""
+    d = abs(log_ratio)
+    return max(d, min(math.log(1 + precision), -math.log(1 - precision)) - d)
+
+
+def next_side(a: Side, b: Side) -> str:
+    """The side to launch next: the one behind on n x sqrt(launch seconds).
+
+    That keeps n_a / n_b = sqrt(c_b / c_a), the allocation that narrows the interval
+    most per second when both sides vary alike. The measured variances are not used:
+    a side that happened to look steady would starve at three launches with its
+    variance underestimated, and Welch's interval would be too narrow (an A/A pair then
+    reads "different" in 7% of simulated sequences instead of at most 5%)."""
+    return "a" if a.n * math.sqrt(a.launch_s) <= b.n * math.sqrt(b.launch_s) else "b"
+
+
+def more_launches(
+    a: Side,
+    b: Side,
+    precision: float,
+    scale: float = 1.0,
+    alpha: float = ALPHA,
+    looks: Sequence[int] = LOOKS,
+) -> tuple[int, int] | None:
+    """Launches to add to (a, b) for the pair to be decided at a later look, were the
+    measured variances and ratio the true ones: the first look after the current
+    launches whose projected interval is narrow enough, with the launches allocated as
+    `next_side` does. None when not even the last look would do (no allocation could)."""
+    if min(a.n, b.n) < 2:
+        return None
+    d = float(np.mean(a.logs) - np.mean(b.logs)) - math.log(scale)
+    target = needed_half_width(d, precision)
+    conf = confidence(alpha, looks)
+    va, vb, na, nb = a.var, b.var, a.n, b.n
+    for look in (n for n in looks if n > a.n + b.n):
+        while na + nb < look:
+            ahead = na * math.sqrt(a.launch_s) > nb * math.sqrt(b.launch_s)
+            na, nb = (na, nb + 1) if ahead else (na + 1, nb)
+        sa, sb = va / na, vb / nb
+        df = (sa + sb) ** 2 / (sa**2 / (na - 1) + sb**2 / (nb - 1)) if sa + sb > 0 else 1.0
+        if stats.t_quantile(0.5 + conf / 2, max(df, 1.0)) * math.sqrt(sa + sb) <= target:
+            return na - a.n, nb - b.n
+    return None
+
+
+def run_pair(
+    draw_a: np.ndarray,
+    draw_b: np.ndarray,
+    rng: np.random.Generator,
+    precision: float,
+    alpha: float = ALPHA,
+    looks: Sequence[int] = LOOKS,
+    bandwidth: float = 0.0,
+) -> str:
+    """One sequential pair on launches drawn from two pools of log throughputs: three a
+    side, then one at a time as `next_side` says, looked at on the schedule, until decided
+    or the last look. Equal launch costs. A draw is a pool value plus normal noise of
+    `bandwidth` (a smoothed bootstrap: a finite pool alone repeats values, and a side of
+    three equal draws has no variance, which no real launch sequence has)."""
+
+    def draw(pool: np.ndarray, k: int) -> list[float]:
+        return list(rng.choice(pool, k) + rng.normal(0.0, bandwidth, k))
+
+    a, b = draw(draw_a, MIN_SIDE), draw(draw_b, MIN_SIDE)
+    conf = confidence(alpha, looks)
+    while True:
+        if len(a) + len(b) in looks:
+            _, lo, hi = interval(a, b, 1.0, conf)
+            result = outcome(lo, hi, precision)
+            if result != UNDECIDED or len(a) + len(b) >= looks[-1]:
+                return result
+        side = next_side(Side(tuple(a), 1.0), Side(tuple(b), 1.0))
+        (a if side == "a" else b).extend(draw(draw_a if side == "a" else draw_b, 1))
+
+
+def silverman(values: np.ndarray) -> float:
+    """Silverman's rule-of-thumb bandwidth: 0.9 min(sd, IQR / 1.34) n^(-1/5)."""
+    sd = float(np.std(values, ddof=1))
+    iqr = float(np.subtract(*np.percentile(values, [75, 25])))
+    spread = min(sd, iqr / 1.34) if iqr > 0 else sd
+    return 0.9 * spread * len(values) ** -0.2
+
+
+@dataclasses.dataclass(frozen=True)
+class ErrorRates:
+    sequences: int
+    false_different: float  # an A/A pair called different
+    false_equivalent: float  # a pair whose true ratio is 1 + P called equivalent
+    aa_decided: float  # share of A/A pairs decided at all (as equivalent, rightly)
+
+
+def simulate(
+    logs: Sequence[float] | np.ndarray,
+    precision: float,
+    sequences: int = 10_000,
+    alpha: float = ALPHA,
+    looks: Sequence[int] = LOOKS,
+    seed: int = 0,
+) -> ErrorRates:
+    """Error rates of the sequential decision on one cell's measured launch distribution.
+
+    A/A: both sides draw from the same launches, so any "different" is false. Boundary:
+    one side shifted by log(1 + P), the true ratio exactly at the edge of equivalence,
+    where a false "equivalent" is likeliest. Draws are the measured launches themselves
+    (smoothed: `run_pair`), so the skew and outliers of real launches are kept."""
+    pool = np.asarray(logs, dtype=np.float64) - float(np.mean(logs))
+    if pool.size < MIN_SIDE:
+        raise ValueError(f"simulating needs {MIN_SIDE} launches or more, got {pool.size}")
+    rng = np.random.default_rng(seed)
+    h = silverman(pool)
+    edge = pool + math.log(1 + precision)
+    aa = [run_pair(pool, pool, rng, precision, alpha, looks, h) for _ in range(sequences)]
+    bd = [run_pair(edge, pool, rng, precision, alpha, looks, h) for _ in range(sequences)]
+    return ErrorRates(
+        sequences,
+        aa.count(DIFFERENT) / sequences,
+        bd.count(EQUIVALENT) / sequences,
+        1 - aa.count(UNDECIDED) / sequences,
+    )
