@@ -226,7 +226,7 @@ def slurm_options(options: tuple[str, ...], python: str | None) -> tuple[str, ..
 ENTRY = EngineEntry(
     name="horovod",
     runner=RUNNERS / "hvd.py",
-    adapter="runners.adapters.torch_engines:HorovodAdapter",
+    adapter="runners.adapters.horovod_engine:HorovodAdapter",
     module="horovod.torch",
     install_hint=f"{SETUP}, which builds Horovod with PyTorch and Gloo support",
     launcher="horovodrun",
