@@ -19,7 +19,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 from bench import engines
 from bench.engines import Engine
-from runners.adapters.torch_engines import DDPAdapter
+from runners.adapters.ddp_engine import DDPAdapter
 
 NAME = "twin"
 

@@ -3,7 +3,8 @@ short functions, and frameworks imported lazily and only where they are needed.
 
 The layering itself is stated as import-linter contracts in pyproject.toml; CI runs
 `lint-imports` (scripts/test.sh), and the first test here runs it too, so that a
-plain `pytest` refuses a cycle as well.
+plain `pytest` refuses a cycle as well. An engine is named only in its homes: not as
+a string, a list of engines, an identifier, a flag, or one of its options' names.
 """
 
 from __future__ import annotations
@@ -22,12 +23,24 @@ from tests.conftest import ROOT
 
 LIBRARY = ("bench", "runners", "models")
 # Where an engine may be named: its registry entry, its adapter, its entry script.
-ENGINE_HOMES = ("bench/engines/", "runners/adapters/", "runners/hvd.py", "runners/ddp.py",
-                "runners/paddle_dp.py")  # fmt: skip
+ENGINE_HOMES = (
+    "bench/engines/",
+    "runners/adapters/",
+    "runners/hvd.py",
+    "runners/ddp.py",
+    "runners/paddle_dp.py",
+)
 # String constants equal to an engine's name that are not about the engine, with why.
 NOT_ENGINE_BRANCHES = {
     ("bench/core/machine.py", "paddle"): "the paddle library's version in the record",
     ("bench/core/machine.py", "horovod"): "the horovod library's version in the record",
+}
+# Strings equal to an engine option's name that are not that option, with why.
+NOT_ENGINE_OPTIONS = {
+    ("bench/records/types.py", "cycle_time_ms"): "the knob's stored type, declared with the record",
+    ("bench/records/migrations.py", "cycle_time_ms"): "older records' knob, brought forward",
+    ("bench/analysis/html_figures.py", "timeline"): "the record's timeline summary, drawn for "
+    "any engine that writes one",
 }
 LONGEST_FUNCTION = 60
 # Imported inside functions on purpose: a framework loads only in the process that
@@ -73,11 +86,101 @@ def test_no_branch_on_a_named_engine_outside_its_entry() -> None:
                 found.append(f"{path}:{node.lineno}: Engine.{node.attr}")
             if (
                 isinstance(node, ast.Constant)
-                and node.value in names
+                and _engine_list(node.value, names)
                 and (path, node.value) not in NOT_ENGINE_BRANCHES
             ):
                 found.append(f"{path}:{node.lineno}: {node.value!r}")
     assert found == [], "engine named outside its entry:\n" + "\n".join(found)
+
+
+def _engine_list(value: object, names: set[str]) -> bool:
+    """An engine's name, or a comma list of them ("horovod,ddp,paddle": a default that
+    is the registry's to give, which lists every engine)."""
+    return isinstance(value, str) and all(part.strip() in names for part in value.split(","))
+
+
+def _engine_words() -> set[str]:
+    """The words that name an engine: its name and its entry script's (`hvd`)."""
+    return {w for e in engines.Engine for w in (e.value, engines.get(e).runner.stem)}
+
+
+def _names_an_engine(text: str, sep: str, words: set[str]) -> bool:
+    """Whether some run of `sep`-separated words of `text` is an engine's word."""
+    parts = text.lower().split(sep)
+    runs = (sep.join(parts[i:j]) for i in range(len(parts)) for j in range(i + 1, len(parts) + 1))
+    return any(run in words for run in runs)
+
+
+def _identifiers(node: ast.AST) -> Iterator[str]:
+    """The names `node` binds or reads: variables, attributes, arguments, keywords,
+    functions, classes and import aliases."""
+    if isinstance(node, ast.Name):
+        yield node.id
+    elif isinstance(node, ast.Attribute):
+        yield node.attr
+    elif isinstance(node, ast.arg | ast.keyword) and node.arg:
+        yield node.arg
+    elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        yield node.name
+    elif isinstance(node, ast.alias):
+        yield node.asname or node.name.split(".")[-1]
+
+
+def test_no_identifier_or_flag_names_an_engine_outside_its_entry() -> None:
+    """A setting for one engine is a field of its entry (`trace_flag`, `trace_option`),
+    never a generic config field or flag that carries its name (`hvd_timeline`). Models
+    are left out: a model builds itself per framework, and Paddle the framework shares
+    its engine's name."""
+    words = _engine_words()
+    found = []
+    for path, tree in _modules():
+        if path.startswith(ENGINE_HOMES) or path.startswith("models/"):
+            continue
+        for node in ast.walk(tree):
+            found += [
+                f"{path}:{getattr(node, 'lineno', '?')}: {name}"
+                for name in _identifiers(node)
+                if _names_an_engine(name, "_", words)
+            ]
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and node.value.startswith("--")
+                and _names_an_engine(node.value[2:], "-", words)
+            ):
+                found.append(f"{path}:{node.lineno}: {node.value!r}")
+    assert found == [], "engine named outside its entry:\n" + "\n".join(found)
+
+
+def test_no_engine_option_is_read_outside_its_entry() -> None:
+    """An option's meaning elsewhere comes from its entry (the default a variant leaves
+    unsaid: `variant_options`; options that are paths: their declared kind), never from
+    its name spelled in generic code (`knobs.get("controller")`)."""
+    options = {k for e in engines.Engine for k in engines.get(e).options}
+    assert {"controller", "timeline"} <= options  # the check sees Horovod's options
+    found = [
+        f"{path}:{node.lineno}: {node.value!r}"
+        for path, tree in _modules()
+        if not path.startswith(ENGINE_HOMES)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and node.value in options
+        and (path, node.value) not in NOT_ENGINE_OPTIONS
+    ]
+    assert found == [], "engine option named outside its entry:\n" + "\n".join(found)
+
+
+def test_the_engine_checks_see_each_form() -> None:
+    """Each form the checks above refuse is caught, and ordinary words are not."""
+    words, names = _engine_words(), {e.value for e in engines.Engine}
+    assert _names_an_engine("hvd_timeline", "_", words)
+    assert _names_an_engine("hvd-timeline", "-", words)
+    assert _names_an_engine("use_paddle_dp", "_", words)
+    assert not _names_an_engine("engine_traces", "_", words)
+    assert not _names_an_engine("ddpx_thing", "_", words)
+    assert _engine_list("horovod,ddp,paddle", names)
+    assert _engine_list("ddp", names)
+    assert not _engine_list("ddp, or the fastest", names)
 
 
 def _probe_sources() -> set[str]:

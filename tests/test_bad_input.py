@@ -162,7 +162,7 @@ def test_horovod_without_nccl_is_refused_on_cuda(monkeypatch: pytest.MonkeyPatch
 
     from bench.contract.spec import Device, RunSpec
     from bench.core.errors import InputError
-    from runners.adapters.torch_engines import HorovodAdapter
+    from runners.adapters.horovod_engine import HorovodAdapter
 
     fake = types.ModuleType("horovod.torch")
     fake.gloo_built = lambda: True  # type: ignore[attr-defined]

@@ -12,7 +12,6 @@ import pytest
 from bench import records
 from bench.analysis import busbw
 from bench.records.types import LoadedRecord
-from bench.sweep import allreduce as collectives
 from runners.protocol.allreduce import bus_factor
 from tests.conftest import ROOT
 
@@ -74,7 +73,7 @@ def test_real_allreduce_benchmark_for_every_engine(tmp_path: Path) -> None:
         cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    recs = records.load([tmp_path / collectives.FILE]).records
+    recs = records.load([tmp_path / records.COLLECTIVES_FILE]).records
     assert sorted(r["engine"] for r in recs) == ["ddp", "horovod", "paddle"]
     for r in recs:
         assert r["status"] == "ok" and r["world_size"] == 2

@@ -445,7 +445,7 @@ def test_sweep_refuses_engine_options_before_launch(
 
 def test_engine_options_are_declared_once() -> None:
     from bench import engines
-    from runners.adapters.torch_engines import HorovodAdapter
+    from runners.adapters.horovod_engine import HorovodAdapter
 
     assert "cycle_time_ms" in engines.get(Engine.HOROVOD).options
     with pytest.raises(SpecError, match="unknown horovod engine option"):

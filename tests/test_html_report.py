@@ -15,7 +15,7 @@ import pytest
 
 from bench import cli, engines, records
 from bench.analysis import compare as report
-from bench.analysis import html
+from bench.analysis import html, html_figures
 from bench.records.types import LoadedRecord
 from tests.conftest import ROOT
 
@@ -176,9 +176,9 @@ def test_every_figure_is_drawn_in_order_and_inline_once(tmp_path: Path) -> None:
 def _drawn(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """Every figure of the rich report, by caption, before it is turned into a PNG."""
     drawn: dict[str, Any] = {}
-    add = html._Figures.add
+    add = html_figures.Figures.add
 
-    def keep(self: html._Figures, fig: Any, caption: str) -> str:
+    def keep(self: html_figures.Figures, fig: Any, caption: str) -> str:
         drawn[caption] = [
             {
                 "ylim": ax.get_ylim(),
@@ -200,7 +200,7 @@ def _drawn(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         ]
         return add(self, fig, caption)
 
-    monkeypatch.setattr(html._Figures, "add", keep)
+    monkeypatch.setattr(html_figures.Figures, "add", keep)
     html.build(_rich())
     return drawn
 

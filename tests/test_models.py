@@ -29,8 +29,8 @@ def test_torch_and_paddle_forward_agree(name: str, shape: tuple[int, ...]) -> No
     import paddle
     import torch
 
+    from runners.adapters.ddp_engine import DDPAdapter
     from runners.adapters.paddle_engine import PaddleAdapter
-    from runners.adapters.torch_engines import DDPAdapter
 
     model = models.get(name)
     weights = models.init_weights(model, shape, 10, seed=7)

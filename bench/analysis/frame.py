@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bench import records
+from bench import engines, records
 from bench.analysis import figures
 from bench.contract.identity import GROUP_FIELDS_V1, canonical
 from bench.core import machine
@@ -114,16 +114,18 @@ def time_to_target(epochs: list[Epoch], target: float) -> float | None:
 
 
 def variant(r: RunRecord) -> str:
-    """The engine as compare names it: `horovod[mpi]` for Horovod's MPI controller (the one
-    that ran, from knobs), then every other option that changes training, `[key=value]`."""
+    """The engine as compare names it: its entry's `variant_options` bare where not at
+    their default (`horovod[mpi]` for Horovod's MPI controller, the one that ran, from
+    knobs), then every other option that changes training, `[key=value]`."""
+    engine = str(r.get("engine"))
     options = dict(r.get("engine_options") or {})
-    controller = (r.get("knobs") or {}).get("controller") or options.get("controller")
-    options.pop("controller", None)
-    return (
-        str(r.get("engine"))
-        + (f"[{controller}]" if controller not in (None, "gloo") else "")
-        + "".join(f"[{k}={v}]" for k, v in sorted(options.items()))
-    )
+    knobs = r.get("knobs") or {}
+    bare = ""
+    for option, default in engines.variant_options(engine).items():
+        value = knobs.get(option) or options.get(option)
+        options.pop(option, None)
+        bare += f"[{value}]" if value not in (None, default) else ""
+    return engine + bare + "".join(f"[{k}={v}]" for k, v in sorted(options.items()))
 
 
 def _why_columns(r: RunRecord) -> dict[str, Any]:

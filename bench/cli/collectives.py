@@ -12,6 +12,7 @@ from bench.analysis import busbw, render, textfit
 from bench.cli.common import EXIT_BAD_INPUT, engine_names, stop_on_signals, stopped_status
 from bench.core.errors import BenchError, Interrupted
 from bench.launch import netns
+from bench.measure.allreduce import DEFAULT_SIZES
 from bench.sweep import allreduce
 from bench.sweep.allreduce import Plan
 
@@ -28,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", default="2", help="worker counts, comma list")
     p.add_argument(
         "--sizes",
-        default=",".join(str(n) for n in allreduce.DEFAULT_SIZES),
+        default=",".join(str(n) for n in DEFAULT_SIZES),
         help="message sizes in bytes (integers, multiples of 4), comma list; 4 KiB .. 64 MiB",
     )
     p.add_argument("--iters", default="20", help="timed iterations per size")
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         why, status = stopped_status(exc)
         print(f"\nbench collectives: stopped by {why}; what was recorded is kept", file=sys.stderr)
         return status
-    loaded = records.load([records.results_file(args.results).parent / allreduce.FILE])
+    loaded = records.load([records.results_file(args.results).parent / records.COLLECTIVES_FILE])
     print()
     print(render.collectives_text(busbw.tables(loaded.records), textfit.width()))
     return 0 if all(s == records.Status.OK for s in statuses) else 1

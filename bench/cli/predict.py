@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from bench import records
@@ -121,20 +122,64 @@ def run(args: argparse.Namespace) -> int:
         _check_inputs(args)
         if args.check:
             return _check(args)
-        return predict.main_predict(
-            args.paths,
-            workers=workers,
-            target=_target(args),
-            results=None if args.no_write else Path(args.results),
-            engines=_names(args.engines),
-            models_=_names(args.models),
-            fit_link_bps=parse_rate(args.fit_link) if args.fit_link else None,
-            argv=["bench", *sys.argv[1:]],
-            given=_what_if(args),
-        )
+        target = _target(args)
+        fit_link_bps = parse_rate(args.fit_link) if args.fit_link else None
+        preds = _predictions(args, workers, target, fit_link_bps, _what_if(args))
+        recs = [predict.to_record(p, ["bench", *sys.argv[1:]]) for p in preds]
+        if not args.no_write:
+            _write(recs, Path(args.results))
+        print(predict.render_text(recs))
+        return 0
     except BenchError as exc:
         print(f"error: {exc}".replace("--emulate-link: rate", "rate"), file=sys.stderr)
         return EXIT_BAD_INPUT
+
+
+def _predictions(
+    args: argparse.Namespace,
+    workers: Sequence[int],
+    target: predict.Target,
+    fit_link_bps: int | None,
+    given: predict.Fit | None,
+) -> list[predict.Prediction]:
+    """Every prediction asked for: from the stated inputs (`given`, --what-if: no records,
+    no interval), else fitted to the records under the paths, what was left out said once."""
+    if given is not None:
+        return [predict.predict(given, target, n) for n in workers]
+    loaded = records.load(args.paths)
+    notes: list[str] = []
+    fitted = predict.samples(
+        loaded.records,
+        engines=_names(args.engines),
+        models_=_names(args.models),
+        fit_link_bps=fit_link_bps,
+        notes=notes,
+    )
+    if not fitted:
+        _print_skipped(notes)
+        raise PredictError(
+            f"nothing to fit under {', '.join(args.paths)}: it needs multi-worker training "
+            "records with their compute-only twins and bench collectives records on the "
+            "same link"
+        )
+    preds = predict.run(fitted, target, workers, notes=notes)
+    _print_skipped(notes)
+    if not preds:
+        raise PredictError("no prediction the model can make for these worker counts (see above)")
+    return preds
+
+
+def _print_skipped(notes: Sequence[str]) -> None:
+    for note in dict.fromkeys(notes):  # in order, each once
+        print(f"bench predict: skipped {note}", file=sys.stderr)
+
+
+def _write(recs: Sequence[records.RunRecord], results: Path) -> None:
+    """Append the prediction records to predictions.jsonl beside the results file."""
+    target_file = records.check_writable(results).parent / predict.FILE
+    for rec in recs:
+        records.append(target_file, rec)
+    print(f"bench predict: {len(recs)} predictions -> {target_file}", file=sys.stderr)
 
 
 def _check_inputs(args: argparse.Namespace) -> None:
@@ -154,11 +199,15 @@ def _check(args: argparse.Namespace) -> int:
     if not args.fit_link:
         raise PredictError("--check needs --fit-link RATE, the link to fit on")
     ignored = {
-        "--link": args.link, "--compute-ms": args.compute_ms, "--grad-mb": args.grad_mb,
-        "--busbw-fraction": args.busbw_fraction, "--hop-latency-us": args.hop_latency_us,
-        "--workers-per-node": args.workers_per_node, "--cpus-per-node": args.cpus_per_node,
+        "--link": args.link,
+        "--compute-ms": args.compute_ms,
+        "--grad-mb": args.grad_mb,
+        "--busbw-fraction": args.busbw_fraction,
+        "--hop-latency-us": args.hop_latency_us,
+        "--workers-per-node": args.workers_per_node,
+        "--cpus-per-node": args.cpus_per_node,
         "--what-if": args.what_if,
-    }  # fmt: skip
+    }
     given = [flag for flag, value in ignored.items() if value is not None]
     if given:
         raise PredictError(
@@ -174,8 +223,7 @@ def _check(args: argparse.Namespace) -> int:
         engines=_names(args.engines),
         models_=_names(args.models),
     )
-    for note in dict.fromkeys(notes):
-        print(f"bench predict: skipped {note}", file=sys.stderr)
+    _print_skipped(notes)
     print(f"fitted on {format_rate(fit_link)}; predicted / measured - 1:")
     print(predict.render_check(df))
     return 0 if not df.empty else 1

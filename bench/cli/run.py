@@ -119,14 +119,15 @@ def _sweep_flags(p: argparse.ArgumentParser) -> None:
         metavar="ENGINE:KEY=VALUE",
         help="engine-specific option for that engine's cells, e.g. horovod:adasum=true",
     )
-    p.add_argument(
-        "--hvd-timeline",
-        dest="hvd_timeline",
-        action="store_true",
-        default=None,
-        help="keep each engine's own trace where it has one (Horovod's timeline) in every "
-        "cell's log folder, summarised in the record",
-    )
+    if engines.trace_flags():  # spelled by the engines that have a trace
+        p.add_argument(
+            *engines.trace_flags(),
+            dest="engine_traces",
+            action="store_true",
+            default=None,
+            help="keep each engine's own trace where it has one (Horovod's timeline) in every "
+            "cell's log folder, summarised in the record",
+        )
 
 
 def _multi_node_flags(p: argparse.ArgumentParser) -> None:
@@ -378,7 +379,7 @@ def _dry_run(config: SweepConfig, base: RunSpec, results: Path) -> int:
             continue
         log_dir = cell_log_dir(results / "runs" / "DRY-RUN", i, cell)
         labels: dict[str, Any] = {"cell": cell.key(env_key)}
-        nodes = cell_argv(cell, results, log_dir, labels, config.timeout, config.hvd_timeline)
+        nodes = cell_argv(cell, results, log_dir, labels, config.timeout, config.engine_traces)
         _print_cell(i, cell, nodes)
     print(f"# {len(cells)} cells", file=sys.stderr)
     return 0

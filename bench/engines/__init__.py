@@ -23,7 +23,9 @@ from bench.engines.registry import (
     recognise_launcher,
     register,
     slurm_launch,
+    trace_flags,
     unregister,
+    variant_options,
 )
 
 # The built-in engines, in the order every list of engines follows (the default sweep,
@@ -50,5 +52,7 @@ __all__ = [
     "recognise_launcher",
     "register",
     "slurm_launch",
+    "trace_flags",
     "unregister",
+    "variant_options",
 ]

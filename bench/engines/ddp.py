@@ -31,7 +31,7 @@ def torchrun(req: LaunchRequest) -> list[tuple[Host, list[str]]]:
 ENTRY = EngineEntry(
     name="ddp",
     runner=RUNNERS / "ddp.py",
-    adapter="runners.adapters.torch_engines:DDPAdapter",
+    adapter="runners.adapters.ddp_engine:DDPAdapter",
     module="torch.distributed",
     install_hint=f"{SETUP} (installs torch)",
     launcher="torchrun",

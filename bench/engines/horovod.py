@@ -53,6 +53,10 @@ OPTIONS: Mapping[str, Option] = {
 }
 
 
+# the controller unless an option says otherwise, which a variant's name leaves unsaid
+DEFAULT_CONTROLLER = "gloo"
+
+
 def controller(options: Mapping[str, str]) -> str:
     """The controller a Horovod run starts with: `controller`, else mpi for Adasum, else gloo.
 
@@ -60,7 +64,7 @@ def controller(options: Mapping[str, str]) -> str:
     Adasum operation), so adasum=true implies the MPI controller and refuses gloo.
     """
     adasum = options.get("adasum", "false").lower() == "true"
-    chosen = options.get("controller", "mpi" if adasum else "gloo")
+    chosen = options.get("controller", "mpi" if adasum else DEFAULT_CONTROLLER)
     if adasum and chosen != "mpi":
         raise SpecError(
             "engine option adasum=true needs controller=mpi (Horovod's Adasum reduces over "
@@ -226,7 +230,7 @@ def slurm_options(options: tuple[str, ...], python: str | None) -> tuple[str, ..
 ENTRY = EngineEntry(
     name="horovod",
     runner=RUNNERS / "hvd.py",
-    adapter="runners.adapters.torch_engines:HorovodAdapter",
+    adapter="runners.adapters.horovod_engine:HorovodAdapter",
     module="horovod.torch",
     install_hint=f"{SETUP}, which builds Horovod with PyTorch and Gloo support",
     launcher="horovodrun",
@@ -248,6 +252,8 @@ ENTRY = EngineEntry(
     # yields in a loop until the background thread has reduced the tensor
     waits_spin=True,
     trace_option=lambda log_dir: f"timeline={log_dir / 'timeline.json'}",
+    trace_flag="--hvd-timeline",
+    variant_options={"controller": DEFAULT_CONTROLLER},
     comm_knobs="a larger --bucket-mb (Horovod's fusion threshold), the engine option "
     "horovod:cycle_time_ms, or --grad-compression fp16",
     # the cycle time is an engine option (None: Horovod's own default)

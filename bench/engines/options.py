@@ -62,6 +62,12 @@ def _check_value(name: str, option: Option, value: str) -> None:
         )
 
 
+def training(known: Declared, options: Mapping[str, str]) -> dict[str, str]:
+    """The options that may change what a run computes: all but paths (where a file goes),
+    so that compare tells runs apart by them alone."""
+    return {k: v for k, v in options.items() if k not in known or known[k].kind != "path"}
+
+
 def flag(options: Mapping[str, str], name: str) -> bool:
     """A bool option's value (absent: false)."""
     return options.get(name, "false").lower() == "true"

@@ -164,9 +164,15 @@ class EngineEntry:
     # its collectives run synchronously inside backward, so none of their time can be
     # hidden behind computation (Paddle's allreduce over Gloo)
     comm_inside_backward: bool = False
-    # the option that makes it write its own trace into a cell's log folder
-    # (`bench run --hvd-timeline`), or None where it has none
+    # the option that makes it write its own trace into a cell's log folder, or None
+    # where it has none
     trace_option: Callable[[Path], str] | None = None
+    # the `bench run` flag its users know for those traces (`--hvd-timeline`); it
+    # turns on every engine's trace_option
+    trace_flag: str | None = None
+    # options its variant names bare when they are not at this default, as compare shows
+    # them (`horovod[mpi]`): read from what ran (the record's knobs) before what was asked
+    variant_options: Mapping[str, str] = dataclasses.field(default_factory=dict)
     # Communication knobs that leave the maths unchanged: what a communication-bound
     # verdict suggests, and the grid `bench tune` searches (each point: bucket_mb and
     # engine options; an option's None is the engine's own default)
@@ -217,6 +223,18 @@ def waits_spin(engine: str) -> bool:
     as for records of an engine no longer registered."""
     entry = _REGISTRY.get(engine)
     return entry is not None and entry.waits_spin
+
+
+def variant_options(engine: str) -> Mapping[str, str]:
+    """`EngineEntry.variant_options` of `engine`; none when unknown, as for records of an
+    engine no longer registered."""
+    entry = _REGISTRY.get(engine)
+    return entry.variant_options if entry is not None else {}
+
+
+def trace_flags() -> list[str]:
+    """The `bench run` flags that keep every engine's own trace (`EngineEntry.trace_flag`)."""
+    return sorted({e.trace_flag for e in _REGISTRY.values() if e.trace_flag})
 
 
 def names() -> str:
@@ -312,9 +330,15 @@ def local_argv(
         raise LaunchError(f"number of workers must be >= 1, got {workers}")
     cluster = Cluster.this_machine(workers)
     (node,) = build_launch(
-        engine, cluster, workers, runner_args, log_dir=log_dir, python=python, script=script,
+        engine,
+        cluster,
+        workers,
+        runner_args,
+        log_dir=log_dir,
+        python=python,
+        script=script,
         options=options,
-    )  # fmt: skip
+    )
     return node.argv
 
 
@@ -346,9 +370,14 @@ def slurm_launch(
 
     if entry.slurm_recipe is not None:
         request = SlurmRequest(
-            hosts, srun, alloc.cpus_per_task, entry.runner, tuple(runner_args), python,
-            dict(options or {}),
-        )  # fmt: skip
+            hosts=hosts,
+            srun=srun,
+            threads=alloc.cpus_per_task,
+            runner=entry.runner,
+            runner_args=tuple(runner_args),
+            python=python,
+            options=dict(options or {}),
+        )
         own = entry.slurm_recipe(request)
         if own is not None:
             return own
@@ -360,13 +389,7 @@ def slurm_launch(
         engine, cluster, workers, runner_args, log_dir=log_dir, python=python, options=options
     )
     per, threads = hosts[0].slots, alloc.cpus_per_task
-    prefix = []
-    if entry.needs_ssh and not one:
-        # its launcher starts the other nodes' workers by ssh: an ssh that runs them as
-        # steps of this job, named like the cell's, so that cancelling the cell stops them
-        path = f"{slurm.SSH_AS_SRUN}:{os.environ.get('PATH', os.defpath)}"
-        prefix = ["env", f"PATH={path}", f"BENCH_SLURM_STEP={name}"]
-        prefix += [f"BENCH_SLURM_CPUS={per * threads}"]
+    prefix = _ssh_as_steps(name, per * threads) if entry.needs_ssh and not one else []
     return [
         NodeLaunch(
             host,
@@ -375,3 +398,11 @@ def slurm_launch(
         )
         for host, node in zip(hosts, nodes, strict=False)
     ]
+
+
+def _ssh_as_steps(name: str, cpus: int) -> list[str]:
+    """`env` prefix for a launcher that starts the other nodes' workers by ssh: an ssh
+    that runs them as steps of this job, named like the cell's (`name`), so that
+    cancelling the cell stops them."""
+    path = f"{slurm.SSH_AS_SRUN}:{os.environ.get('PATH', os.defpath)}"
+    return ["env", f"PATH={path}", f"BENCH_SLURM_STEP={name}", f"BENCH_SLURM_CPUS={cpus}"]

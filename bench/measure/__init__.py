@@ -1,2 +1,3 @@
 """How runs measure: the windowed timing settings and protocol version, intervals
-(stats), CPU contention and Horovod's timeline summary. Above the core only."""
+(stats), CPU contention, Horovod's timeline summary and the allreduce benchmark's
+defaults. Above the core only."""

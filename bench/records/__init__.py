@@ -8,6 +8,7 @@ a bad line is reported with its file and line, never lost with the good ones.
 from bench.core.errors import RecordsError
 from bench.records.migrations import MIGRATIONS, migrate
 from bench.records.store import (
+    COLLECTIVES_FILE,
     DEFAULT_FILE,
     REFERENCE_DIR,
     Follower,
@@ -29,6 +30,7 @@ from bench.records.summaries import load_summaries, summarise, window_stats
 from bench.records.types import SCHEMA_VERSION, Kind, LoadedRecord, RunRecord, Status
 
 __all__ = [
+    "COLLECTIVES_FILE",
     "DEFAULT_FILE",
     "MIGRATIONS",
     "REFERENCE_DIR",

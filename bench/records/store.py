@@ -40,6 +40,7 @@ from bench.records.types import (
 )
 
 DEFAULT_FILE = "runs.jsonl"
+COLLECTIVES_FILE = "collectives.jsonl"  # beside it: the allreduce benchmark's records
 
 
 def timestamp(seconds: float | None = None) -> str:

@@ -27,9 +27,6 @@ from bench.records import Kind, RunRecord, Status
 from bench.sweep.execute import attempt_record
 
 SCRIPT = ROOT / "runners" / "allreduce.py"
-FILE = "collectives.jsonl"  # beside runs.jsonl: the collective records
-# Message sizes the runner times by default: 4 KiB .. 64 MiB, x4.
-DEFAULT_SIZES = [4 * 1024 * 4**i for i in range(8)]
 
 
 def _ints(text: str, flag: str, least: int, example: str, many: bool = True) -> tuple[int, ...]:
@@ -156,7 +153,7 @@ def _argv(
 
 def dry_run(plan: Plan, results: Path, cluster: Cluster | None = None) -> list[list[str]]:
     """The launch command of every cell (every host's), in order, without running anything."""
-    target = records.results_file(results).parent / FILE
+    target = records.results_file(results).parent / records.COLLECTIVES_FILE
     run_dir = target.parent / "runs" / "collectives-DRY-RUN"
     return [
         node.argv
@@ -219,7 +216,7 @@ def run(
     of --emulate-link, whose rate `link_bps` the records carry).
     """
     out = sys.stdout if out is None else out
-    target = records.check_writable(results).parent / FILE
+    target = records.check_writable(results).parent / records.COLLECTIVES_FILE
     run_dir = target.parent / "runs" / ("collectives-" + time.strftime("%Y%m%d-%H%M%S"))
     follower = records.Follower(target)
     statuses = []

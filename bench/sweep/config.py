@@ -44,7 +44,8 @@ class SweepConfig:
     comm_cost: bool = True
     # Engine-specific options "ENGINE:KEY=VALUE", passed to that engine's cells only.
     engine_options: tuple[str, ...] = ()
-    hvd_timeline: bool = False  # keep a Horovod timeline per horovod cell, in its log dir
+    # keep each engine's own trace (its entry's trace_option) per cell, in its log dir
+    engine_traces: bool = False
     # Multi-node: "HOST:SLOTS,..." or a hostfile; empty runs every cell on this machine.
     hosts: str = ""
     hostfile: str = ""

@@ -392,7 +392,7 @@ def run_sweep(
         else:
             res = run_cell(
                 cell, i, results, run_dir, config.timeout, env_key, sweep_id, python,
-                config.hvd_timeline, follower,
+                config.engine_traces, follower,
             )  # fmt: skip
         outcomes.append(res)
         progress.done(i, res)

@@ -182,7 +182,7 @@ class PaddleAdapter(EngineAdapter):
         self._lr = s.lr
 
     def _set_fp32_maths(self) -> None:
-        """fp32 maths as torch's adapters set it (see torch_engines._set_fp32_maths).
+        """fp32 maths as torch's adapters set it (see torch_base._set_fp32_maths).
 
         Paddle defaults to TF32 for cuBLAS matmuls and cuDNN convolutions alike; its
         switches and cuDNN flags exist only in CUDA builds (a CPU build has no TF32).

@@ -16,10 +16,9 @@ from bench.core import machine
 from bench.core.errors import BenchError, InputError
 from bench.engines import Engine
 from bench.launch import netns
+from bench.measure.allreduce import DEFAULT_SIZES
 from bench.records import Kind
 from bench.records.types import CollectiveResult
-from bench.sweep.allreduce import DEFAULT_SIZES
-from bench.sweep.allreduce import FILE as COLLECTIVES_FILE
 from runners.adapters.base import EngineAdapter
 from runners.protocol.common import launcher, load_adapter, parse_labels
 
@@ -133,16 +132,20 @@ def _new_record(
         "device": spec.device.value,  # auto resolved
     }
     record = records.new_record(
-        spec_data, engine.value, adapter.world_size, labels, launcher(engine),
+        spec_data,
+        engine.value,
+        adapter.world_size,
+        labels,
+        launcher(engine),
         link=netns.link_for(labels),
-    )  # fmt: skip
+    )
     record["kind"] = Kind.COLLECTIVE
     record.update(machine.oversubscription(adapter.local_world_size, spec.threads))  # type: ignore[typeddict-item]
     return record
 
 
 def _write(record: records.RunRecord, engine: Engine, world: int, results: str) -> None:
-    path = records.append(records.results_file(results).parent / COLLECTIVES_FILE, record)
+    path = records.append(records.results_file(results).parent / records.COLLECTIVES_FILE, record)
     for row in record.get("results", []):
         print(
             f"[{engine.value} np={world}] {row['bytes']:>10,d} B  "

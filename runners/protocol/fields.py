@@ -10,6 +10,7 @@ import numpy as np
 
 from bench import engines, records
 from bench.core import machine
+from bench.engines import options as engine_options
 from bench.measure import energy, peak
 from bench.records.types import Epoch, Loss, Peak, RunFields, RunRecord
 from runners.adapters.base import EngineAdapter
@@ -54,7 +55,9 @@ def finished_fields(run: Run, result: Result, record: RunRecord) -> RunFields:
     return {
         **extras,
         # options that change training (not where files go) distinguish runs in compare
-        "engine_options": {k: v for k, v in adapter.options.items() if k != "timeline"},
+        "engine_options": engine_options.training(
+            engines.get(adapter.engine).options, adapter.options
+        ),
         **progress_fields(
             adapter, run.spe, run.step, run.epochs, run.step_losses, result.train_wall
         ),
@@ -196,8 +199,12 @@ def peak_fields(record: RunRecord, results: str) -> RunFields:
     if device not in ("cpu", "cuda"):  # auto: where the run's memory was
         device = "cuda" if any(v is not None for v in gpu_mb) else "cpu"
     gpus = (record.get("env") or {}).get("gpus") or [{}]
-    key = peak.this_key(int(spec.get("threads") or 1), str(spec.get("precision") or "fp32"),
-                        device, cast(str | None, gpus[0].get("name")))  # fmt: skip
+    key = peak.this_key(
+        int(spec.get("threads") or 1),
+        str(spec.get("precision") or "fp32"),
+        device,
+        cast(str | None, gpus[0].get("name")),
+    )
     found = peak.lookup(records.results_file(Path(results)).parent, key)
     return {"peak": cast(Peak, found)} if found else {}
 

@@ -1,11 +1,13 @@
-"""Predictions with intervals, as records and tables, and checked against measured runs."""
+"""Predictions with intervals, as records and tables, and checked against measured runs.
+
+Everything here computes or renders; `bench predict` (bench/cli/predict.py) reads the
+records, prints and writes.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -136,11 +138,21 @@ def predict(
         tput, share = workers * batch / step, target.compute_at(fit, workers) / step
         lo, hi = np.minimum(lo, [tput, share]), np.maximum(hi, [tput, share])
     return Prediction(
-        fit, target, workers, batch, step, tput, share,
-        (float(lo[0]), float(hi[0])), (float(lo[1]), float(hi[1])),
-        bound, None if upper is None else upper[1], tuple(held_fixed),
-        tuple(bound_reasons(fit, target, workers)), lower,
-    )  # fmt: skip
+        fit,
+        target,
+        workers,
+        per_worker_batch=batch,
+        step_s=step,
+        throughput=tput,
+        compute_share=share,
+        throughput_interval=(float(lo[0]), float(hi[0])),
+        compute_share_interval=(float(lo[1]), float(hi[1])),
+        bound=bound,
+        throughput_upper=None if upper is None else upper[1],
+        held_fixed=tuple(held_fixed),
+        bound_reasons=tuple(bound_reasons(fit, target, workers)),
+        throughput_lower=lower,
+    )
 
 
 def _percentiles(
@@ -500,56 +512,3 @@ def render_check(df: Any) -> str:
             f"{len(g)}; consistent {int(g['consistent'].sum())}/{len(g)}"
         )
     return "\n".join(lines)
-
-
-def _print_notes(notes: Sequence[str]) -> None:
-    for note in dict.fromkeys(notes):  # in order, each once
-        print(f"bench predict: skipped {note}", file=sys.stderr)
-
-
-def main_predict(
-    paths: Sequence[str],
-    *,
-    workers: Sequence[int],
-    target: Target,
-    results: Path | None,
-    engines: Sequence[str] = (),
-    models_: Sequence[str] = (),
-    fit_link_bps: int | None = None,
-    argv: Sequence[str] = (),
-    out: Any = None,
-    given: Fit | None = None,
-) -> int:
-    """`bench predict`: fit, predict, print, and write prediction records under `results`.
-
-    With `given` (a what_if fit) no records are read and there is no interval.
-    """
-    if given is not None:
-        preds = [predict(given, target, n) for n in workers]
-    else:
-        loaded = records.load(paths)
-        notes: list[str] = []
-        sample_list = samples(
-            loaded.records, engines=engines, models_=models_, fit_link_bps=fit_link_bps, notes=notes
-        )
-        if not sample_list:
-            _print_notes(notes)
-            raise PredictError(
-                f"nothing to fit under {', '.join(paths)}: it needs multi-worker training "
-                "records with their compute-only twins and bench collectives records on the "
-                "same link"
-            )
-        preds = run(sample_list, target, workers, notes=notes)
-        _print_notes(notes)
-        if not preds:
-            raise PredictError(
-                "no prediction the model can make for these worker counts (see above)"
-            )
-    recs = [to_record(p, argv) for p in preds]
-    if results is not None:
-        target_file = records.check_writable(results).parent / FILE
-        for rec in recs:
-            records.append(target_file, rec)
-        print(f"bench predict: {len(recs)} predictions -> {target_file}", file=sys.stderr)
-    print(render_text(recs), file=out or sys.stdout)  # read at call time, not import
-    return 0
