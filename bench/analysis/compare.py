@@ -417,9 +417,11 @@ def compare(
     recs: Iterable[LoadedRecord],
     target: float = DEFAULT_TARGET,
     precision: float = decisions.DEFAULT_PRECISION,
+    error_rates: bool = False,
 ) -> list[Comparison]:
     """One comparison per distinct synchronised spec (seed aside), sorted by title;
-    `precision` is the P at which head-to-heads are decided (bench/analysis/decisions.py)."""
+    `precision` is the P at which head-to-heads are decided (bench/analysis/decisions.py);
+    `error_rates` adds each cell's simulated error rates of those decisions."""
     recs = list(recs)
     df = frame(recs, target)
     if df.empty:
@@ -439,6 +441,8 @@ def compare(
             "decided": decisions.rows(_ok(gdf), precision),
             "noise": noise.rows(_ok(gdf), precision),
         }
+        if error_rates:
+            sections["error rates"] = decisions.error_rows(_ok(gdf), precision)
         starts = startup.rows(gdf)
         if not starts.empty:  # records before start-up was recorded have none
             sections["start-up"] = starts
@@ -525,6 +529,9 @@ _FORMATS = {
     "window s": "{:.3f}",
     "best windows": "{:.0f}",
     "launches +-P": "{:.0f}",
+    "false different": "{:.2%}",
+    "false equivalent": "{:.2%}",
+    "A/A decided": "{:.1%}",
     **{
         c: "{:.2f}"
         for c in (

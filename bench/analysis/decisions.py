@@ -131,6 +131,39 @@ def rows(ok: pd.DataFrame, precision: float) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def error_rows(ok: pd.DataFrame, precision: float, sequences: int = 10_000) -> pd.DataFrame:
+    """Each cell's simulated error rates of the sequential decision, on its own measured
+    launches (bench.measure.sequential.simulate): an A/A pair called different, a pair at
+    the edge of equivalence called equivalent, and how often an A/A pair is settled."""
+    out: list[dict[str, Any]] = []
+    ok = usable(ok)
+    if ok.empty:
+        return pd.DataFrame()
+    for (engine, workers), cell in ok.groupby(["engine", "workers"]):
+        logs = np.log(cell["throughput"].astype(float).to_numpy())
+        if logs.size < sequential.MIN_SIDE:
+            continue
+        rates = sequential.simulate(logs, precision, sequences)
+        out.append(
+            {
+                "engine": engine,
+                "workers": int(workers),
+                "launches": int(logs.size),
+                "false different": rates.false_different,
+                "false equivalent": rates.false_equivalent,
+                "A/A decided": rates.aa_decided,
+            }
+        )
+    return pd.DataFrame(out)
+
+
+ERROR_KEY = (
+    "error rates: 10,000 simulated sequential pairs a cell, drawn from its own launches "
+    "(smoothed bootstrap); false different = an A/A pair called different; false "
+    "equivalent = a pair whose true ratio is 1+P called equivalent; both at most 5% by "
+    "design; A/A decided = A/A pairs settled (as equivalent) within the looks"
+)
+
 KEY = (
     "a row a pair: ratio = a / b, or a's efficiency against its own 1-worker cell; decided "
     "at +-P (bench run/compare --decide-at, 5% unless set): the ratio's interval "

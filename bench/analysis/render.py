@@ -30,6 +30,7 @@ _KEYS_OF = {
     "(launch: when bench run launched the cell; process start: a runner started by hand)",
     "decided": decisions.KEY,
     "noise": noise.KEY,
+    "error rates": decisions.ERROR_KEY,
     "where the step goes (ms)": "ms per step; '-': not measured for that cell (the note under "
     "'comm measured by' says why)",
 }
@@ -167,13 +168,14 @@ def render(
     figures: list[bytes] | None = None,
     width: int | None = None,
     precision: float = decisions.DEFAULT_PRECISION,
+    error_rates: bool = False,
 ) -> str | None:
     """The comparison of `loaded` in one format; None when nothing is comparable.
 
     For html, the figures' PNG bytes are appended to `figures` when it is given. Text
     fits `width` columns (None: no limit, one table each).
     """
-    comps = compare(loaded.records, target, precision)
+    comps = compare(loaded.records, target, precision, error_rates)
     coll = busbw.tables(loaded.records)
     predicted = predict.render_text(loaded.records)  # model figures, shown apart
     tuned = tuning.rows(loaded.records)  # bench tune's fresh default and tuned runs

@@ -94,6 +94,12 @@ def _report_flags(p: argparse.ArgumentParser) -> None:
         "within P (default: 5%%)",
     )
     p.add_argument(
+        "--error-rates",
+        action="store_true",
+        help="add each cell's simulated error rates of the --decide-at decisions (10,000 "
+        "sequences drawn from its own launches)",
+    )
+    p.add_argument(
         "--wide",
         action="store_true",
         help="text: every table whole on one line per row, whatever the terminal's width "
@@ -143,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
         price,
         args.wide,
         precision,
+        args.error_rates,
     )
 
 
@@ -155,6 +162,7 @@ def print_tables(
     price: cost.Price | None = None,
     wide: bool = False,
     precision: float = decisions.DEFAULT_PRECISION,
+    error_rates: bool = False,
 ) -> int:
     """Print the comparison of the records under `paths` (and write it under `out_dir`);
     text fits the terminal unless `wide`."""
@@ -166,7 +174,9 @@ def print_tables(
     loaded = records.load(paths) if fmt == "html" else records.load_summaries(paths)
     report_skipped(loaded)
     width = textfit.width(wide)
-    text = render.render(loaded, fmt, target, width=width, precision=precision)
+    text = render.render(
+        loaded, fmt, target, width=width, precision=precision, error_rates=error_rates
+    )
     if text is None:
         print(
             f"no readable records under {', '.join(paths)}; run `bench run` or a runner first",
