@@ -5,10 +5,12 @@ The statistics are checked on constructed data and by simulation; the loop
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -18,6 +20,7 @@ from bench import cli, records
 from bench.analysis import decisions, noise
 from bench.analysis.frame import frame
 from bench.measure import sequential as sq
+from bench.records import LoadedRecord
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -296,3 +299,76 @@ def test_a_real_run_adds_launches_until_decided_and_compare_agrees(tmp_path: Pat
     final = status[-1]
     decided = (table["decided"] != "undecided").sum()
     assert f"{decided} of 1 pairs decided" in final, (final, table.to_string())
+
+
+def test_an_aa_sweep_runs_every_cell_as_two_engines() -> None:
+    from bench.contract.spec import RunSpec
+    from bench.engines import Engine
+    from bench.sweep.cells import plan
+    from bench.sweep.config import SweepConfig
+
+    cfg = SweepConfig(engines=(Engine.DDP,), workers=(1, 2), models=("mlp",), repeats=2, aa=True)
+    cells = plan(cfg, RunSpec())
+    # A then B for every cell of every repeat, each its own cell for resume
+    assert [c.label for c in cells if c.spec.grad_sync][:4] == ["A", "B", "A", "B"]
+    assert len({c.key("env") for c in cells}) == len(cells)
+    plain = plan(SweepConfig(engines=(Engine.DDP,), workers=(1,), models=("mlp",)), RunSpec())
+    assert all(c.label == "" for c in plain) and "as A" in cells[0].name
+    # an unlabelled cell keeps the key it had before A/A existed
+    assert plain[0].key("env") == dataclasses.replace(plain[0], label="").key("env")
+
+
+def test_the_sides_of_an_aa_experiment_read_as_two_engines() -> None:
+    golden = records.load([ROOT / "tests" / "data" / "golden.jsonl"]).records
+    ddp = [r for r in golden if r["engine"] == "ddp" and r["world_size"] == 1]
+    sides = []
+    for i, r in enumerate(ddp * 2):
+        sides.append({**r, "labels": {**(r.get("labels") or {}), "aa": "AB"[i % 2]}})
+    df = frame(cast(list[LoadedRecord], sides))
+    assert set(df["engine"]) == {"ddp~A", "ddp~B"} and set(df["engine_name"]) == {"ddp"}
+    pairs = decisions.pairs(df[df["status"] == "ok"])
+    assert [p.name for p in pairs] == ["ddp~A / ddp~B x1"]
+
+
+@pytest.mark.distributed
+def test_a_real_aa_experiment_is_decided_by_the_same_loop(tmp_path: Path) -> None:
+    """One engine under two names: the loop treats A and B as two engines, and whatever
+    it concludes, 'different' would be an error (the simulation bounds it by 5%)."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "run",
+            "--aa",
+            "--engines",
+            "ddp",
+            "--workers",
+            "1",
+            "--models",
+            "mlp",
+            "--epochs",
+            "1",
+            "--max-steps",
+            "20",
+            "--no-comm-cost",
+            "--decide-at",
+            "10%",
+            "--budget",
+            "75s",
+            "--results",
+            str(tmp_path),
+            "--no-compare",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    recs = [r for r in records.load([tmp_path]).records if r["status"] == "ok"]
+    assert {r["labels"]["aa"] for r in recs} == {"A", "B"} and len(recs) >= 6
+    table = decisions.rows(frame(recs), 0.10)
+    assert list(table["a"]) == ["ddp~A"] and list(table["b"]) == ["ddp~B"]
+    status = [ln for ln in proc.stdout.splitlines() if ln.startswith("bench run --decide-at:")]
+    assert status and "of 1 pairs decided" in status[-1], proc.stdout[-2000:]

@@ -200,7 +200,7 @@ def _row(r: LoadedRecord, target: float) -> dict[str, Any]:
     flops: Mapping[str, Any] = r.get("flops_per_sample") or {}
     machine, libraries = _context(r)
     oversub, budget = figures.oversubscription(r)
-    engine = variant(r)
+    engine = variant(r) + _aa_suffix(r)
     protocol = records.protocol_version(r)
     return {
         "run_id": r.get("run_id"),
@@ -253,6 +253,14 @@ def _row(r: LoadedRecord, target: float) -> dict[str, Any]:
     }
 
 
+def _aa_suffix(r: RunRecord) -> str:
+    """'~A' or '~B' for a side of an A/A experiment (bench run --aa): one engine under two
+    names, so that every table and decision treats the sides as two engines."""
+    labels = r.get("labels")
+    aa = labels.get("aa") if isinstance(labels, dict) else None
+    return f"~{aa}" if isinstance(aa, str) and aa else ""
+
+
 def _noise_columns(r: LoadedRecord) -> dict[str, Any]:
     """What the noise levels and the sequential decisions read (bench/analysis/noise.py,
     decisions.py): the launch's windows, what the launch cost from the sweep's start of
@@ -262,6 +270,9 @@ def _noise_columns(r: LoadedRecord) -> dict[str, Any]:
         "windows": r.get("window_stats") or records.window_stats(r),
         "launch_s": _seconds(r.get("launch_to_exit_s")) or _seconds(r.get("launch_to_stop_s")),
         "repeat": labels.get("repeat") if isinstance(labels, dict) else None,
+        # the cell a row came from, as bench run --decide-at launches it again
+        "engine_name": str(r.get("engine")),
+        "aa": _aa_suffix(r)[1:],
     }
 
 

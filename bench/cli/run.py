@@ -84,6 +84,13 @@ def _sweep_flags(p: argparse.ArgumentParser) -> None:
         "--workers", type=comma_list(int), help="comma list of worker counts (default: 1,2)"
     )
     p.add_argument(
+        "--aa",
+        action="store_true",
+        default=None,
+        help="an A/A experiment: every cell twice a repeat, as A and as B, compared as two "
+        "engines (what 'different' between identical sides means: noise)",
+    )
+    p.add_argument(
         "--models", type=comma_list(str), help="comma list of models (default: mlp,lenet)"
     )
     p.add_argument(

@@ -52,7 +52,7 @@ def _ok_synced(results: Path, config: SweepConfig) -> pd.DataFrame:
     keep = (
         (df["status"] == records.Status.OK)
         & df["grad_sync"].astype(bool)
-        & df["engine"].isin(engines)
+        & df["engine_name"].isin(engines)
         & df["workers"].isin(config.workers)
         & df["model"].isin(config.models)
     )
@@ -61,19 +61,21 @@ def _ok_synced(results: Path, config: SweepConfig) -> pd.DataFrame:
     return df[df["group"].isin(latest.values)]
 
 
-def _cell_for(
-    templates: list[Cell], engine: str, workers: int, model: str, ok: pd.DataFrame
-) -> Cell:
+def _cell_for(templates: list[Cell], variant: str, workers: int, gdf: pd.DataFrame) -> Cell:
+    """The next launch of the cell whose launches show as `variant` at `workers` (a new
+    repeat, with its seed where seeds vary)."""
+    done = gdf[(gdf["engine"] == variant) & (gdf["workers"] == workers)]
+    engine, label, model = done.iloc[0][["engine_name", "aa", "model"]]
     template = next(
         c
         for c in templates
-        if c.engine.value == engine and c.workers == workers and c.spec.model == model
+        if (c.engine.value, c.label, c.workers, c.spec.model) == (engine, label, workers, model)
     )
-    done = ok[(ok["engine"] == engine) & (ok["workers"] == workers) & (ok["model"] == model)]
     repeat = 1 + max([int(r) for r in done["repeat"] if r is not None] or [template.repeat])
-    seed = template.spec.seed + repeat - template.repeat if template.seed_mode == "vary" else None
-    spec = template.spec if seed is None else template.spec.replace(seed=seed)
-    return dataclasses.replace(template, repeat=repeat, spec=spec)
+    if template.seed_mode != "vary":
+        return dataclasses.replace(template, repeat=repeat)
+    seed = template.spec.seed + repeat - template.repeat
+    return dataclasses.replace(template, repeat=repeat, spec=template.spec.replace(seed=seed))
 
 
 def choose(
@@ -82,7 +84,7 @@ def choose(
     """One launch per model with an undecided pair that can still be decided, and the
     counts (decided, all) of pairs."""
     chosen, decided, total = [], 0, 0
-    for model, gdf in ok.groupby("model", sort=True):
+    for _, gdf in ok.groupby("model", sort=True):
         best: tuple[float, Choice] | None = None
         for pair in decisions.pairs(gdf):
             total += 1
@@ -101,7 +103,7 @@ def choose(
             else:  # an efficiency's other side is the 1-worker cell
                 workers = 1 if pair.what == "efficiency" else pair.workers
                 engine, launch_s = pair.b, b.launch_s
-            cell = _cell_for(templates, engine, workers, str(model), gdf)
+            cell = _cell_for(templates, engine, workers, gdf)
             if best is None or seconds < best[0]:
                 best = (seconds, Choice(cell, pair.name, launch_s))
         if best is not None:

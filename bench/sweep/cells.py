@@ -37,6 +37,7 @@ class Cell:
     measure: tuple[str, ...] = ()
     link_bps: int | None = None  # the emulated link's rate (bench/netns.py); None: none
     allocation: slurm.Allocation | None = None  # job steps of this allocation (--launcher slurm)
+    label: str = ""  # A or B in an A/A experiment (--aa): the same cell under two names
 
     @property
     def name(self) -> str:
@@ -48,6 +49,7 @@ class Cell:
             + (f" on {len(self.cluster.hosts)} hosts" if self.cluster else "")
             + (f" over a {format_rate(self.link_bps)} link" if self.link_bps else "")
             + (f" in Slurm job {self.allocation.job_id}" if self.allocation else "")
+            + (f" as {self.label}" if self.label else "")
         )
 
     @property
@@ -70,6 +72,7 @@ class Cell:
                 # the rate and how it is shaped: a link shaped otherwise is another cell
                 *([netns.link_key(self.link_bps)] if self.link_bps else []),
                 *(["launcher=slurm"] if self.allocation else []),
+                *([f"aa={self.label}"] if self.label else []),
             ],
             sort_keys=True,
         )
@@ -105,7 +108,7 @@ def plan(config: SweepConfig, base: RunSpec) -> list[Cell]:
                     )
                     for engine in config.engines:
                         for s in (spec, *twins):
-                            cells.append(where.cell(engine, workers, s, repeat))
+                            cells += where.labelled(where.cell(engine, workers, s, repeat))
     return cells
 
 
@@ -128,6 +131,12 @@ class _Where:
             except LaunchError as exc:
                 raise SweepError(str(exc)) from None
         return cls(config, config.cluster(), alloc)
+
+    def labelled(self, cell: Cell) -> list[Cell]:
+        """The cell, or in an A/A experiment the cell as A then as B."""
+        if not self.config.aa:
+            return [cell]
+        return [dataclasses.replace(cell, label=label) for label in ("A", "B")]
 
     def cell(self, engine: Engine, workers: int, spec: RunSpec, repeat: int) -> Cell:
         options = self.config.options(engine)

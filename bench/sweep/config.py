@@ -37,6 +37,8 @@ class SweepConfig:
     datasets: tuple[str, ...] = ()  # empty: each model's default dataset
     repeats: int = 3
     seed_mode: str = "vary"  # vary: seed + repeat per repeat; fixed: one seed, timing noise only
+    # an A/A experiment: every cell twice a repeat, labelled A and B, compared as two engines
+    aa: bool = False
     timeout: float = 600.0  # seconds per cell
     oversubscribe: bool = False
     # Also run each multi-worker cell with grad_sync=false (compute-only twin), from

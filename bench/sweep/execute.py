@@ -160,6 +160,8 @@ def _labels(cell: Cell, env_key: str, sweep_id: str) -> dict[str, Any]:
         labels["hosts"] = cell.hosts_label
     if cell.link_bps:  # the record's `link` is made from it
         labels["link_rate_bps"] = cell.link_bps
+    if cell.label:  # an A/A experiment's side: compare shows it as an engine of its own
+        labels["aa"] = cell.label
     if cell.allocation:
         labels["slurm_job"] = cell.allocation.job_id
         labels["hosts"] = ",".join(map(str, cell.allocation.placement(cell.workers)))
