@@ -52,8 +52,9 @@ def labelled(r: Mapping[str, Any]) -> bool:
 
 
 def base_engine(variant: str) -> str:
-    """The registered engine of a variant name: `horovod[mpi]@2nodes/100mbit` -> horovod."""
-    return variant.split("[")[0].split("@")[0].split("/")[0]
+    """The registered engine of a variant name: `horovod[mpi]@2nodes/100mbit` -> horovod,
+    `ddp~A` (a side of an A/A experiment) -> ddp."""
+    return variant.split("[")[0].split("@")[0].split("/")[0].split("~")[0]
 
 
 def comm_threads(engine: str, world: int) -> int:

@@ -200,7 +200,7 @@ def _row(r: LoadedRecord, target: float) -> dict[str, Any]:
     flops: Mapping[str, Any] = r.get("flops_per_sample") or {}
     machine, libraries = _context(r)
     oversub, budget = figures.oversubscription(r)
-    engine = variant(r) + _aa_suffix(r)
+    engine = variant(r) + _pinned(r) + _aa_suffix(r)
     protocol = records.protocol_version(r)
     return {
         "run_id": r.get("run_id"),
@@ -251,6 +251,13 @@ def _row(r: LoadedRecord, target: float) -> dict[str, Any]:
         "math": _math(r.get("knobs") or {}),
         "error": r.get("error"),
     }
+
+
+def _pinned(r: RunRecord) -> str:
+    """'[pinned]' for a run whose workers were pinned to cores (--pin-cores): a lever
+    under test, compared as a variant of its engine."""
+    threads = r.get("threads")
+    return "[pinned]" if isinstance(threads, dict) and "pinned_cores" in threads else ""
 
 
 def _aa_suffix(r: RunRecord) -> str:

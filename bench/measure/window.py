@@ -43,6 +43,8 @@ class Measure:
     cap_s: float = 3.0  # the default sweep (54 runs) stays under 10 minutes on 2 cores
     profile_steps: int = 10
     trace_steps: int = 3
+    # each worker and its engine's threads on cores of their own (runners/protocol/affinity.py)
+    pin_cores: bool = False
 
     def check(self) -> Measure:
         if self.window_steps < 1:
@@ -99,6 +101,17 @@ def add_measure_flags(parser: argparse.ArgumentParser) -> None:
         "keep its trace (Chrome-trace JSON, named in the record's traces); 0, or "
         f"--profile-steps 0: off (default: {d.trace_steps})",
     )
+    add_pin_flag(group)
+
+
+def add_pin_flag(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--pin-cores",
+        action="store_true",
+        default=None,
+        help="pin each worker and its engine's threads to an equal share of the CPUs, "
+        "where there is one a worker (default: the OS places them)",
+    )
 
 
 def measure_from_args(args: argparse.Namespace) -> Measure:
@@ -109,5 +122,6 @@ def measure_from_args(args: argparse.Namespace) -> Measure:
         "cap_s": getattr(args, "measure_cap_s", None),
         "profile_steps": getattr(args, "profile_steps", None),
         "trace_steps": getattr(args, "trace_steps", None),
+        "pin_cores": getattr(args, "pin_cores", None),
     }
     return Measure(**{k: v for k, v in given.items() if v is not None}).check()

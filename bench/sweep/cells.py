@@ -73,6 +73,8 @@ class Cell:
                 *([netns.link_key(self.link_bps)] if self.link_bps else []),
                 *(["launcher=slurm"] if self.allocation else []),
                 *([f"aa={self.label}"] if self.label else []),
+                # pinned runs are a lever under test: never the same cell as unpinned ones
+                *(["pin-cores"] if "--pin-cores" in self.measure else []),
             ],
             sort_keys=True,
         )

@@ -67,6 +67,7 @@ class SweepConfig:
     measure_cap_s: float | None = None
     profile_steps: int | None = None
     trace_steps: int | None = None
+    pin_cores: bool | None = None  # each worker and its engine's threads on cores of their own
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SweepConfig:
@@ -216,7 +217,8 @@ class SweepConfig:
             "--profile-steps": self.profile_steps,
             "--trace-steps": self.trace_steps,
         }
-        return tuple(a for k, v in flags.items() if v is not None for a in (k, str(v)))
+        pairs = tuple(a for k, v in flags.items() if v is not None for a in (k, str(v)))
+        return pairs + (("--pin-cores",) if self.pin_cores else ())
 
     def option_map(self, engine: Engine) -> dict[str, str]:
         """`engine`'s options as a mapping (the last of a repeated key wins, as in the runner)."""

@@ -32,8 +32,14 @@ from bench.launch import netns
 from bench.measure.window import Measure, add_measure_flags, measure_from_args
 from bench.records import RunRecord, Status
 from runners.adapters.base import EngineAdapter
-from runners.protocol import faults, fields
-from runners.protocol.common import launcher, load_adapter, parse_labels, script_name
+from runners.protocol import affinity, faults, fields
+from runners.protocol.common import (
+    gather_json,
+    launcher,
+    load_adapter,
+    parse_labels,
+    script_name,
+)
 from runners.protocol.startup import CLOCK
 from runners.protocol.timing import PROGRESS
 from runners.protocol.trace import trace_to
@@ -133,11 +139,17 @@ def main(engine: Engine, argv: Sequence[str] | None = None) -> int:
         check_device(given.spec)
         CLOCK.mark("data")
         adapter.init()
+        # after the group exists (its threads are moved too), before any timed step
+        pinned = None
+        if given.measure.pin_cores:
+            pinned = affinity.pin(adapter.local_rank, adapter.local_world_size)
         CLOCK.mark("group")
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     record = _new_record(engine, adapter, given)
+    if given.measure.pin_cores:  # every rank's cores, or null where there was no share
+        record["threads"]["pinned_cores"] = gather_json(adapter, pinned)
     if given.fault is not None:
         faults.install(adapter, given.fault)
     CLOCK.mark("recorded")
