@@ -60,6 +60,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--no-compare", action="store_true", help="do not print the comparison at the end"
     )
     p.add_argument(
+        "--aa",
+        action="store_true",
+        default=None,
+        help="an A/A experiment: every cell twice a repeat, as A and as B, compared as two "
+        "engines (what 'different' between identical sides means: noise)",
+    )
+    p.add_argument(
         "--decide-at",
         help="after the repeats, add launches until every head-to-head is decided at this "
         "precision (e.g. 5%%: faster, slower, or equivalent within 5%%) or the budget is "
@@ -83,13 +90,7 @@ def _sweep_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--workers", type=comma_list(int), help="comma list of worker counts (default: 1,2)"
     )
-    p.add_argument(
-        "--aa",
-        action="store_true",
-        default=None,
-        help="an A/A experiment: every cell twice a repeat, as A and as B, compared as two "
-        "engines (what 'different' between identical sides means: noise)",
-    )
+
     p.add_argument(
         "--models", type=comma_list(str), help="comma list of models (default: mlp,lenet)"
     )
