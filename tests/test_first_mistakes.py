@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench import cli
+from bench.sweep.allreduce import Plan
 from runners import hvd
 
 GOLDEN = Path(__file__).parent / "data" / "golden.jsonl"
@@ -30,13 +31,40 @@ def _fails(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("command", ["run", "collectives"])
+@pytest.mark.parametrize("command", ["run", "collectives", "tune"])
 def test_an_unknown_engine_is_named_once_the_same_way(
     command: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     line = _fails([command, "--engines", "hovorod", "--dry-run"], capsys)
     assert "--engines: unknown engine 'hovorod' (did you mean horovod?)" in line
     assert line.count("engines are") == 1
+
+
+ONE_WORDING = "unknown engine 'hovorod' (did you mean horovod?); engines are: horovod, ddp, paddle"
+
+
+@pytest.mark.parametrize(
+    ("argv", "prefix"),
+    [
+        (["--config", "{config}"], "error: engines: "),
+        (["--engine-option", "hovorod:fusion_threshold_mb=8"], "error: --engine-option "),
+    ],
+)
+def test_an_unknown_engine_outside_engines_is_worded_the_same(
+    argv: list[str], prefix: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A config file's engines and an --engine-option's engine get the registry's wording."""
+    config = tmp_path / "sweep.toml"
+    config.write_text('engines = ["hovorod"]\n')
+    line = _fails(["run", *(a.format(config=config) for a in argv), "--dry-run"], capsys)
+    assert line.startswith(prefix) and line.endswith(ONE_WORDING)
+
+
+def test_collectives_plan_words_an_unknown_engine_as_the_registry_does() -> None:
+    with pytest.raises(ValueError) as err:
+        Plan.parse(engines="ddp,hovorod", workers="2", sizes="4096", iters="5", threads="1",
+                   device="cpu", timeout="60")  # fmt: skip
+    assert str(err.value) == f"--engines: {ONE_WORDING}"
 
 
 def test_a_misspelled_flag_gets_its_subcommands_suggestion(

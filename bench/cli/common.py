@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
 import re
 import signal
 import sys
@@ -51,14 +50,11 @@ def comma_list(kind: type) -> Callable[[str], tuple[object, ...]]:
 
 def engine_names(text: str) -> tuple[str, ...]:
     """An argparse type: a comma list of registered engines, one line naming a wrong one."""
-    every = engines.names()
     known = [str(e) for e in engines.Engine]
     names = tuple(part.strip() for part in text.split(",") if part.strip())
     for name in names:
         if name not in known:
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f" (did you mean {close[0]}?)" if close else ""
-            raise argparse.ArgumentTypeError(f"unknown engine {name!r}{hint}; engines are: {every}")
+            raise argparse.ArgumentTypeError(engines.unknown(name))
     return names
 
 

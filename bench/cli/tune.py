@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench import records
+from bench import engines, records
 from bench.analysis import textfit, tuning
-from bench.cli.common import EXIT_BAD_INPUT, stop_on_signals, stopped_status
+from bench.cli.common import EXIT_BAD_INPUT, engine_names, stop_on_signals, stopped_status
 from bench.contract.flags import add_spec_flags, spec_from_args
 from bench.contract.spec import RunSpec
 from bench.core.errors import BenchError, Interrupted
@@ -28,7 +28,8 @@ DESCRIPTION = (
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--engines", help="comma list (default: all)")
+    every = ",".join(e.value for e in engines.Engine)
+    p.add_argument("--engines", type=engine_names, help=f"comma list of {every} (default: all)")
     p.add_argument("--workers", type=int, default=2, help="workers per run (default: 2)")
     p.add_argument(
         "--budget-min",
@@ -103,7 +104,7 @@ def _plan(args: argparse.Namespace) -> tuple[SweepConfig, RunSpec, Path]:
 def _settings(args: argparse.Namespace, model: str) -> dict[str, Any]:
     """Every run's sweep settings: one repeat of one model, no compute-only twins, the
     measurement flags given; --engines, else every registered engine."""
-    settings: dict[str, Any] = {} if args.engines is None else {"engines": args.engines.split(",")}
+    settings: dict[str, Any] = {} if args.engines is None else {"engines": list(args.engines)}
     settings.update(
         workers=[args.workers], models=[model], repeats=1, timeout=args.timeout, comm_cost=False
     )
