@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from bench import cli
+from bench.engines import Engine
 from bench.sweep.allreduce import Plan
 from runners import hvd
+from runners.protocol.main import build_parser
 
 GOLDEN = Path(__file__).parent / "data" / "golden.jsonl"
 
@@ -90,7 +92,28 @@ def test_run_help_lists_only_what_run_takes(capsys: pytest.CaptureFixture[str]) 
         cli.main(["run", "--help"])
     out = " ".join(capsys.readouterr().out.split())  # help wraps lines anywhere
     assert "--model " not in out and "--dataset " not in out and "--models" in out
-    assert "(default: 1-worker batch)" in out and "batch) (default: None)" not in out
+    assert "(default: the 1-worker global batch)" in out
+
+
+def _help_problems(text: str) -> list[str]:
+    """Options in a --help whose help states its default twice, or a None default."""
+    text = " ".join(text.split())  # help wraps lines anywhere
+    options = text.split(" --")[1:]
+    return [o for o in options if o.count("(default:") > 1 or "(default: None)" in o]
+
+
+@pytest.mark.parametrize("command", list(cli.COMMANDS))
+def test_every_subcommand_states_each_default_once(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help"])
+    assert _help_problems(capsys.readouterr().out) == []
+
+
+def test_every_runner_states_each_default_once() -> None:
+    helps = [build_parser(engine).format_help() for engine in Engine]
+    assert _help_problems("".join(helps)) == []
 
 
 def test_a_missing_folder_is_said_plainly(

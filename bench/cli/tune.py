@@ -25,6 +25,9 @@ DESCRIPTION = (
     "tuning=trial; then run the default and the winner afresh, alternated, and print "
     "them side by side. bench compare shows the same table."
 )
+# Steps of each fresh run unless --max-steps is given (the spec's default, whole epochs,
+# would spend the budget on a few runs).
+FRESH_STEPS = 200
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -52,7 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per run")
     p.add_argument("--results", default="results/tune", help="where the records go")
     add_measure_flags(p)
-    add_spec_flags(p)
+    add_spec_flags(p, RunSpec(max_steps=FRESH_STEPS))  # the help says what tune does
 
 
 def run(args: argparse.Namespace) -> int:
@@ -86,10 +89,9 @@ def _plan(args: argparse.Namespace) -> tuple[SweepConfig, RunSpec, Path]:
             "--budget-min must be > 0, --repeats >= 2 (an interval needs two runs) and "
             "--workers >= 2 (one worker has no communication to tune)"
         )
-    # one model (--model, default lenet); fresh runs take --max-steps, 200 unless given
-    # (the spec's default is whole epochs)
+    # one model (--model, default lenet); fresh runs take --max-steps, FRESH_STEPS unless given
     base = spec_from_args(args)
-    base = base.replace(max_steps=base.max_steps or 200)
+    base = base.replace(max_steps=base.max_steps or FRESH_STEPS)
     config = SweepConfig.from_dict(_settings(args, base.model))
     if args.trial_steps <= base.warmup_steps:
         raise BenchError(
