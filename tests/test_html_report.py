@@ -276,6 +276,28 @@ def test_screenshot_in_chromium(tmp_path: Path) -> None:
     assert shot.is_file() and shot.stat().st_size > 50_000, proc.stderr[-2000:]
 
 
+REFERENCE = ROOT / "results" / "reference" / "cpu-2core-digits"
+
+
+def _outline(page: str) -> list[str]:
+    """A report's headings, captions and table headers: what changes when the report's
+    layout does (the PNG bytes vary with matplotlib's version; the numbers with records)."""
+    return re.findall(r"<h\d[^>]*>.*?</h\d>|<figcaption>.*?</figcaption>|<th>.*?</th>", page)
+
+
+def test_the_committed_reference_report_is_current_and_alone(tmp_path: Path) -> None:
+    """results/reference/cpu-2core-digits holds its records and one self-contained report,
+    as `bench compare DIR --format html --out DIR` makes it today."""
+    shown = sorted(p.name for p in REFERENCE.iterdir() if not p.name.startswith("."))  # caches
+    assert shown == ["report.html", "runs.jsonl"]
+    assert cli.main(["compare", str(REFERENCE), "--format", "html", "--out", str(tmp_path)]) == 0
+    fresh = _outline((tmp_path / "report.html").read_text())
+    assert _outline((REFERENCE / "report.html").read_text()) == fresh, (
+        f"rebuild it: bench compare {REFERENCE.relative_to(ROOT)} --format html --out "
+        f"{REFERENCE.relative_to(ROOT)}"
+    )
+
+
 def test_without_out_the_page_goes_to_report_and_says_where(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
