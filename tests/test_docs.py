@@ -95,6 +95,15 @@ def test_the_readme_is_a_first_five_minutes() -> None:
     assert "bash scripts/run.sh" in text and "bash scripts/test.sh" in text
 
 
+def test_the_reference_says_how_to_use_it_from_another_machine() -> None:
+    """--base/--new refuses across machines, so the reference's README says what carries
+    over instead: the same sweep, printed beside it, compared by ratios."""
+    text = (ROOT / "results" / "reference" / "README.md").read_text()
+    section = text.split("## Using it from another machine")[1].split("\n## ")[0]
+    assert "bench compare results/ results/reference/cpu-2core-digits" in section
+    assert "ratios" in section.lower() and "efficiency" in section
+
+
 def test_the_example_sweep_file_loads_and_plans() -> None:
     """The config file the README points to is a valid sweep: 3 engines x 2 worker counts
     x lenet x 5 repeats, plus compute-only twins of the 2-worker cells."""

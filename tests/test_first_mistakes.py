@@ -11,7 +11,10 @@ from pathlib import Path
 import pytest
 
 from bench import cli
+from bench.engines import Engine
+from bench.sweep.allreduce import Plan
 from runners import hvd
+from runners.protocol.main import build_parser
 
 GOLDEN = Path(__file__).parent / "data" / "golden.jsonl"
 
@@ -30,13 +33,40 @@ def _fails(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("command", ["run", "collectives"])
+@pytest.mark.parametrize("command", ["run", "collectives", "tune"])
 def test_an_unknown_engine_is_named_once_the_same_way(
     command: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     line = _fails([command, "--engines", "hovorod", "--dry-run"], capsys)
     assert "--engines: unknown engine 'hovorod' (did you mean horovod?)" in line
     assert line.count("engines are") == 1
+
+
+ONE_WORDING = "unknown engine 'hovorod' (did you mean horovod?); engines are: horovod, ddp, paddle"
+
+
+@pytest.mark.parametrize(
+    ("argv", "prefix"),
+    [
+        (["--config", "{config}"], "error: engines: "),
+        (["--engine-option", "hovorod:fusion_threshold_mb=8"], "error: --engine-option "),
+    ],
+)
+def test_an_unknown_engine_outside_engines_is_worded_the_same(
+    argv: list[str], prefix: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A config file's engines and an --engine-option's engine get the registry's wording."""
+    config = tmp_path / "sweep.toml"
+    config.write_text('engines = ["hovorod"]\n')
+    line = _fails(["run", *(a.format(config=config) for a in argv), "--dry-run"], capsys)
+    assert line.startswith(prefix) and line.endswith(ONE_WORDING)
+
+
+def test_collectives_plan_words_an_unknown_engine_as_the_registry_does() -> None:
+    with pytest.raises(ValueError) as err:
+        Plan.parse(engines="ddp,hovorod", workers="2", sizes="4096", iters="5", threads="1",
+                   device="cpu", timeout="60")  # fmt: skip
+    assert str(err.value) == f"--engines: {ONE_WORDING}"
 
 
 def test_a_misspelled_flag_gets_its_subcommands_suggestion(
@@ -62,7 +92,28 @@ def test_run_help_lists_only_what_run_takes(capsys: pytest.CaptureFixture[str]) 
         cli.main(["run", "--help"])
     out = " ".join(capsys.readouterr().out.split())  # help wraps lines anywhere
     assert "--model " not in out and "--dataset " not in out and "--models" in out
-    assert "(default: 1-worker batch)" in out and "batch) (default: None)" not in out
+    assert "(default: the 1-worker global batch)" in out
+
+
+def _help_problems(text: str) -> list[str]:
+    """Options in a --help whose help states its default twice, or a None default."""
+    text = " ".join(text.split())  # help wraps lines anywhere
+    options = text.split(" --")[1:]
+    return [o for o in options if o.count("(default:") > 1 or "(default: None)" in o]
+
+
+@pytest.mark.parametrize("command", list(cli.COMMANDS))
+def test_every_subcommand_states_each_default_once(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help"])
+    assert _help_problems(capsys.readouterr().out) == []
+
+
+def test_every_runner_states_each_default_once() -> None:
+    helps = [build_parser(engine).format_help() for engine in Engine]
+    assert _help_problems("".join(helps)) == []
 
 
 def test_a_missing_folder_is_said_plainly(

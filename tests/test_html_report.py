@@ -252,10 +252,15 @@ def test_comparisons_name_their_machine_in_the_page() -> None:
 
 
 def test_screenshot_in_chromium(tmp_path: Path) -> None:
-    """A real browser draws the page; the screenshot is kept for a person to look at."""
+    """A real browser draws the page; the screenshot is kept for a person to look at.
+    What it shows is held here too: real tables, not aligned text, and each figure once."""
     browser = _chromium()
     page = tmp_path / "report.html"
-    page.write_text(html.render(_rich()))
+    text = html.render(_rich())
+    page.write_text(text)
+    assert text.count("<table") >= 8 and "<pre" not in text
+    shown = re.findall(r'<img class="plot"[^>]*src="([^"]+)"', text)
+    assert len(shown) == len(set(shown)) == len(CAPTIONS)
     shot = tmp_path / "report.png"
     proc = subprocess.run(
         [
@@ -276,6 +281,28 @@ def test_screenshot_in_chromium(tmp_path: Path) -> None:
     assert shot.is_file() and shot.stat().st_size > 50_000, proc.stderr[-2000:]
 
 
+REFERENCE = ROOT / "results" / "reference" / "cpu-2core-digits"
+
+
+def _outline(page: str) -> list[str]:
+    """A report's headings, captions and table headers: what changes when the report's
+    layout does (the PNG bytes vary with matplotlib's version; the numbers with records)."""
+    return re.findall(r"<h\d[^>]*>.*?</h\d>|<figcaption>.*?</figcaption>|<th[^>]*>.*?</th>", page)
+
+
+def test_the_committed_reference_report_is_current_and_alone(tmp_path: Path) -> None:
+    """results/reference/cpu-2core-digits holds its records and one self-contained report,
+    as `bench compare DIR --format html --out DIR` makes it today."""
+    shown = sorted(p.name for p in REFERENCE.iterdir() if not p.name.startswith("."))  # caches
+    assert shown == ["report.html", "runs.jsonl"]
+    assert cli.main(["compare", str(REFERENCE), "--format", "html", "--out", str(tmp_path)]) == 0
+    fresh = _outline((tmp_path / "report.html").read_text())
+    assert _outline((REFERENCE / "report.html").read_text()) == fresh, (
+        f"rebuild it: bench compare {REFERENCE.relative_to(ROOT)} --format html --out "
+        f"{REFERENCE.relative_to(ROOT)}"
+    )
+
+
 def test_without_out_the_page_goes_to_report_and_says_where(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -285,6 +312,15 @@ def test_without_out_the_page_goes_to_report_and_says_where(
     assert out == ""  # never poured into the terminal
     assert f"wrote {Path('report') / 'report.html'}" in err
     assert sorted(p.name for p in (tmp_path / "report").iterdir()) == ["report.html"]
+
+
+def test_tables_align_as_the_text_does() -> None:
+    """Numbers right, names and prose left (all right-aligned, evidence read ragged)."""
+    page = html.render(_rich())
+    verdict = page.split("<h3>verdict</h3>")[1].split("</table>")[0]
+    assert "<th>engine</th>" in verdict and '<th class="num">workers</th>' in verdict
+    assert '<th class="num">lost ms</th>' in verdict and "<th>evidence</th>" in verdict
+    assert re.search(r"<td>compute 0%", verdict) and '<td class="num">106.67</td>' in verdict
 
 
 def test_the_knobs_that_differ_are_a_table() -> None:

@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, cast
 
 import pandas as pd
 import pytest
 
-from bench import records
+from bench import cli, records
 from bench.analysis import compare as report
 from bench.analysis import figures, render
 from bench.analysis import frame as runs
 from bench.records.types import LoadedRecord
 
 GOLDEN = Path(__file__).parent / "data" / "golden.jsonl"
+REFERENCE = Path(__file__).parent.parent / "results" / "reference" / "cpu-2core-digits"
 
 
 def _comparison() -> report.Comparison:
@@ -311,3 +314,37 @@ def test_json_and_csv_keep_numbers_as_numbers() -> None:
     assert table["value"].dtype == float and not (table["text"] == "-").any()
     # text keeps its formatting
     assert "[127, 177] n=3" in (render.render(loaded, "text", runs.DEFAULT_TARGET) or "")
+
+
+def test_a_phase_no_run_of_a_cell_had_is_a_dash_without_a_warning() -> None:
+    """Runs started by hand have no launcher phase; their start-up cell shows '-' for it,
+    and formatting the tables warns nothing (pandas deprecates a string into a float)."""
+    recs = copy.deepcopy(records.load([GOLDEN]).records)
+    for r in recs:
+        phases = {"launcher": 0.5, "interpreter and imports": 1.0, "data": 0.1}
+        if r["engine"] == "horovod":
+            del phases["launcher"]  # started by hand: no launch instant to count from
+        r["startup"] = {"total_s": sum(phases.values()), "phases_s": phases, "from": "launch"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        shown = {
+            name: report.displayed(name, section)
+            for comp in report.compare(recs)
+            for name, section in comp.sections.items()
+        }
+    startup = shown["start-up"].set_index(["engine", "workers"])
+    assert startup.loc[("horovod", 1), "launcher"] == "-"
+    assert startup.loc[("ddp", 1), "launcher"] == 0.5
+
+
+def test_compare_on_the_reference_warns_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cli.main(["compare", str(REFERENCE), "--sources", "--price-per-hour", "1"]) == 0
+        for fmt in ("markdown", "html"):
+            assert (
+                cli.main(["compare", str(REFERENCE), "--format", fmt, "--out", str(tmp_path)]) == 0
+            )
+    capsys.readouterr()

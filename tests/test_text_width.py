@@ -15,6 +15,7 @@ from tests.test_html_report import _rich
 
 ROOT = Path(__file__).parent.parent
 REFERENCE = ROOT / "results" / "reference" / "cpu-2core-digits"
+GOLDEN = ROOT / "tests" / "data" / "golden.jsonl"
 # collectives on emulated links and the scaling model's predictions, beside a sweep
 PREDICT = ROOT / "results" / "reference" / "predict-check-2026-12-02"
 
@@ -59,6 +60,26 @@ def test_every_line_fits_the_terminal(
         assert "parts to fit" in out
     # --wide: one table each, as wide as it needs
     assert max(map(len, _compare(REFERENCE, columns, "--wide", capsys=capsys).splitlines())) > 100
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_sources_fit_the_terminal_and_name_every_record(
+    columns: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--sources lists every run's file and line, however long the paths, within the width."""
+    monkeypatch.setenv("COLUMNS", str(columns))
+    assert cli.main(["compare", str(REFERENCE), str(GOLDEN), "--sources"]) == 0
+    out = capsys.readouterr().out
+    wide = [line for line in out.splitlines() if len(line) > columns]
+    assert not wide, "\n".join(wide)
+    listing = out[out.index("record behind each run") :].split("\n\n")[0].splitlines()
+    files = dict(line.strip().split(": ", 1) for line in listing if line.startswith("  file "))
+    assert sorted(files.values()) == sorted([str(REFERENCE / "runs.jsonl"), str(GOLDEN)])
+    header = listing[len(files) + 1].split()
+    assert header[:6] == ["group", "engine", "workers", "seed", "file", "line"]
+    named = {(files[f"file {r.split()[4]}"], int(r.split()[5])) for r in listing[len(files) + 2 :]}
+    # one row per record: the reference's 90 and the golden file's 16 (its line 17 is damaged)
+    assert len(named) == 106 and (str(GOLDEN), 16) in named
 
 
 def test_without_a_terminal_the_width_is_100(monkeypatch: pytest.MonkeyPatch) -> None:

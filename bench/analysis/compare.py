@@ -556,7 +556,9 @@ def formatted(df: pd.DataFrame) -> pd.DataFrame:
         fmt = _FORMATS.get(col) or ("{:.2f}" if col.startswith("time to") else None)
         if fmt:
             shown[col] = shown[col].map(lambda v, f=fmt: "-" if pd.isna(v) else f.format(v))
-    return shown.fillna("-")
+    # object first: filling a float column (a start-up phase no run of a cell had) with
+    # a string is deprecated in pandas (Pandas4Warning) and refused by nullable dtypes
+    return shown.astype(object).fillna("-")
 
 
 def displayed(name: str, section: pd.DataFrame) -> pd.DataFrame:

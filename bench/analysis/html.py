@@ -2,8 +2,9 @@
 
 This module assembles the page; the figures are html_figures.py's, drawn into PNGs
 embedded as data URIs. Every string that comes from a record is HTML-escaped
-(pandas' to_html escapes cells; titles and notes go through html.escape), so a
-model or host name containing markup shows as text.
+(table cells, titles and notes go through html.escape; the collectives' numeric
+tables through pandas' to_html), so a model or host name containing markup shows
+as text.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from bench.analysis import busbw, compare, frame, html_figures, predict, tuning
+from bench.analysis import busbw, compare, frame, html_figures, predict, textfit, tuning
 from bench.analysis import knobs as knob_table
 from bench.analysis.frame import DEFAULT_TARGET
 from bench.core import machine
@@ -25,7 +26,8 @@ from bench.records import LoadedRecord, Problem
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1em}
-td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right}
+td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}
+.num{text-align:right}
 th{background:#f3f3f3}
 .note{color:#555;font-size:.9em}
 .warn{color:#a00}
@@ -36,6 +38,24 @@ figcaption{font-size:.85em;color:#555}
 
 def _esc(text: object) -> str:
     return html.escape(str(text), quote=True)
+
+
+def _table(df: pd.DataFrame) -> str:
+    """`df` (display values) as an HTML table aligned as the text report aligns it: a
+    column of numbers to the right, any other (names, intervals, prose) to the left."""
+    cols = [str(c) for c in df.columns]
+    rows = [[str(v) for v in row] for row in df.itertuples(index=False)]
+    right = [textfit.numeric([r[i] for r in rows]) for i in range(len(cols))]
+
+    def line(tag: str, values: Sequence[str]) -> str:
+        cells = [
+            f'<{tag} class="num">{_esc(v)}</{tag}>' if r else f"<{tag}>{_esc(v)}</{tag}>"
+            for r, v in zip(right, values, strict=True)
+        ]
+        return "<tr>" + "".join(cells) + "</tr>"
+
+    body = "".join(line("td", r) for r in rows)
+    return f"<table><thead>{line('th', cols)}</thead><tbody>{body}</tbody></table>"
 
 
 @dataclasses.dataclass
@@ -53,7 +73,7 @@ def _knobs(comp: compare.Comparison) -> list[str]:
         return []
     return [
         f"<h3>knobs that differ between engines ({same} more identical; all: --format json)</h3>",
-        table.to_html(index=False, escape=True, border=0),
+        _table(table),
     ]
 
 
@@ -94,11 +114,11 @@ def _apart(recs: Sequence[LoadedRecord]) -> list[str]:
     if not predicted.empty:
         out.append("<h2>Model predictions (not measurements)</h2>")
         out.append(f'<p class="warn">{_esc(predict.CAPTION)}</p>')
-        out.append(predicted.to_html(index=False, escape=True, border=0))
+        out.append(_table(predicted))
     tuned = tuning.rows(recs)
     if not tuned.empty:
         out.append("<h2>Best against best (bench tune: fresh default and tuned runs)</h2>")
-        out.append(tuned.to_html(index=False, escape=True, border=0))
+        out.append(_table(tuned))
     return out
 
 
@@ -147,7 +167,7 @@ def _comparison(
     for name, df in comp.sections.items():
         if not df.empty:
             body.append(f"<h3>{_esc(name)}</h3>")
-            body.append(compare.displayed(name, df).to_html(index=False, escape=True, border=0))
+            body.append(_table(compare.displayed(name, df)))
     body.extend(html_figures.plots(comp, recs, runs, target, style, figs))
     body.append(
         "<ul>"

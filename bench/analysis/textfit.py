@@ -47,12 +47,17 @@ def wrap(text: str, limit: int | None, indent: str = "", hang: str = "    ") -> 
     ) or [indent]
 
 
+def numeric(values: Sequence[str]) -> bool:
+    """Whether a column of display strings is numbers (or '-'), to be right-aligned."""
+    return all(_NUMBER.match(v) for v in values)
+
+
 def grid(df: pd.DataFrame) -> list[str]:
     """`df` (display strings) as aligned lines: numbers right, words left."""
     cols = [str(c) for c in df.columns]
     cells = [[str(v) for v in row] for row in df.itertuples(index=False)]
     sizes = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(cols)]
-    right = [all(_NUMBER.match(r[i]) for r in cells) for i in range(len(cols))]
+    right = [numeric([r[i] for r in cells]) for i in range(len(cols))]
 
     def line(values: Sequence[str]) -> str:
         parts = [

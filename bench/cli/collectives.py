@@ -9,7 +9,13 @@ from pathlib import Path
 
 from bench import engines, records
 from bench.analysis import busbw, render, textfit
-from bench.cli.common import EXIT_BAD_INPUT, engine_names, stop_on_signals, stopped_status
+from bench.cli.common import (
+    EXIT_BAD_INPUT,
+    DefaultsOnce,
+    engine_names,
+    stop_on_signals,
+    stopped_status,
+)
 from bench.core.errors import BenchError, Interrupted
 from bench.launch import netns
 from bench.measure.allreduce import DEFAULT_SIZES
@@ -20,7 +26,7 @@ DESCRIPTION = (
     "Time a float32 sum-allreduce with each engine's own call, under its own launcher; "
     "every argument is checked before anything is launched."
 )
-FORMATTER = argparse.ArgumentDefaultsHelpFormatter
+FORMATTER = DefaultsOnce
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

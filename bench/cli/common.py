@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
 import re
 import signal
 import sys
@@ -51,25 +50,31 @@ def comma_list(kind: type) -> Callable[[str], tuple[object, ...]]:
 
 def engine_names(text: str) -> tuple[str, ...]:
     """An argparse type: a comma list of registered engines, one line naming a wrong one."""
-    every = engines.names()
     known = [str(e) for e in engines.Engine]
     names = tuple(part.strip() for part in text.split(",") if part.strip())
     for name in names:
         if name not in known:
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f" (did you mean {close[0]}?)" if close else ""
-            raise argparse.ArgumentTypeError(f"unknown engine {name!r}{hint}; engines are: {every}")
+            raise argparse.ArgumentTypeError(engines.unknown(name))
     return names
 
 
-def tidy_spec_help(p: argparse.ArgumentParser, hidden: Sequence[str] = ()) -> None:
-    """The run-spec flags' help as `p` prints it: one default each (a help text that states
-    its own keeps that one), and the flags in `hidden` (refused by this command) unlisted."""
+def hide_flags(p: argparse.ArgumentParser, hidden: Sequence[str]) -> None:
+    """Leave the flags in `hidden` (shared flags this command refuses) out of `p`'s help."""
     for action in p._actions:
         if action.dest in hidden:
             action.help = argparse.SUPPRESS
-        elif action.help and action.help.count("(default: ") > 1:
-            action.help = action.help[: action.help.rindex(" (default: ")]
+
+
+class DefaultsOnce(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's "(default: X)" after each option's help, unless the help states its own
+    default or there is nothing to state: None (unset; the help says what then happens)
+    and a switch's False would only mislead."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "(default:" in text or action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
 
 
 @contextlib.contextmanager

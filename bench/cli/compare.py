@@ -197,8 +197,7 @@ def print_tables(
     if fmt != "html":
         print(text)
     if sources:
-        df = frame.frame(loaded.records)
-        print(df[SOURCES].sort_values(SOURCES[:5]).to_string(index=False))
+        print("\n".join(_sources(frame.frame(loaded.records), width)))
     print(f"{len(loaded.records)} records read, {len(loaded.problems)} skipped", file=sys.stderr)
     return 0
 
@@ -218,6 +217,25 @@ def _costs(table: pd.DataFrame, price: cost.Price | None, width: int | None) -> 
         lines += ["", *textfit.wrap(str(title), width, "  ")]
         lines += textfit.table(rows.drop(columns=["comparison"]), width, "    ")
     return "\n".join(lines)
+
+
+def _sources(df: pd.DataFrame, width: int | None) -> list[str]:
+    """The record (file and line) behind every run, fitted to `width` like the tables: the
+    files are numbered once above the table, so a long path never widens a row."""
+    rows = df[SOURCES].sort_values(SOURCES[:5]).reset_index(drop=True)
+    where = rows.pop("source").fillna("?:?").astype(str).str.rpartition(":")
+    path, line = list(where[0]), list(where[2])
+    files = sorted(set(path))
+    rows["grad_sync"] = ["yes" if v else "no" for v in rows["grad_sync"]]
+    rows["samples/s"] = ["-" if pd.isna(v) else f"{v:,.0f}" for v in rows.pop("throughput")]
+    rows["accuracy"] = ["-" if pd.isna(v) else f"{v:.2%}" for v in rows.pop("final_accuracy")]
+    rows.insert(4, "file", [str(files.index(p) + 1) for p in path])
+    rows.insert(5, "line", line)  # beside the run it names, in the first part of a split
+    lines = ["record behind each run (file, line):"]
+    lines += [
+        w for n, f in enumerate(files, 1) for w in textfit.wrap(f"file {n}: {f}", width, "  ")
+    ]
+    return lines + textfit.table(rows, width, "  ", keys=("group", "engine", "workers", "seed"))
 
 
 def _diff(args: argparse.Namespace) -> int:

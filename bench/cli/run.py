@@ -20,11 +20,11 @@ from bench.cli.common import (
     EXIT_BAD_INPUT,
     comma_list,
     engine_names,
+    hide_flags,
     parse_budget,
     parse_precision,
     stop_on_signals,
     stopped_status,
-    tidy_spec_help,
 )
 from bench.contract.flags import add_spec_flags, spec_from_args
 from bench.contract.spec import RunSpec
@@ -77,7 +77,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     add_spec_flags(p)
     # a sweep takes --models and --datasets; --model and --dataset parse only to be refused
-    tidy_spec_help(p, hidden=("model", "dataset"))
+    hide_flags(p, ("model", "dataset"))
 
 
 def _sweep_flags(p: argparse.ArgumentParser) -> None:

@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench import records
+from bench import engines, records
 from bench.analysis import textfit, tuning
-from bench.cli.common import EXIT_BAD_INPUT, stop_on_signals, stopped_status
+from bench.cli.common import EXIT_BAD_INPUT, engine_names, stop_on_signals, stopped_status
 from bench.contract.flags import add_spec_flags, spec_from_args
 from bench.contract.spec import RunSpec
 from bench.core.errors import BenchError, Interrupted
@@ -25,10 +25,14 @@ DESCRIPTION = (
     "tuning=trial; then run the default and the winner afresh, alternated, and print "
     "them side by side. bench compare shows the same table."
 )
+# Steps of each fresh run unless --max-steps is given (the spec's default, whole epochs,
+# would spend the budget on a few runs).
+FRESH_STEPS = 200
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--engines", help="comma list (default: all)")
+    every = ",".join(e.value for e in engines.Engine)
+    p.add_argument("--engines", type=engine_names, help=f"comma list of {every} (default: all)")
     p.add_argument("--workers", type=int, default=2, help="workers per run (default: 2)")
     p.add_argument(
         "--budget-min",
@@ -51,7 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per run")
     p.add_argument("--results", default="results/tune", help="where the records go")
     add_measure_flags(p)
-    add_spec_flags(p)
+    add_spec_flags(p, RunSpec(max_steps=FRESH_STEPS))  # the help says what tune does
 
 
 def run(args: argparse.Namespace) -> int:
@@ -85,10 +89,9 @@ def _plan(args: argparse.Namespace) -> tuple[SweepConfig, RunSpec, Path]:
             "--budget-min must be > 0, --repeats >= 2 (an interval needs two runs) and "
             "--workers >= 2 (one worker has no communication to tune)"
         )
-    # one model (--model, default lenet); fresh runs take --max-steps, 200 unless given
-    # (the spec's default is whole epochs)
+    # one model (--model, default lenet); fresh runs take --max-steps, FRESH_STEPS unless given
     base = spec_from_args(args)
-    base = base.replace(max_steps=base.max_steps or 200)
+    base = base.replace(max_steps=base.max_steps or FRESH_STEPS)
     config = SweepConfig.from_dict(_settings(args, base.model))
     if args.trial_steps <= base.warmup_steps:
         raise BenchError(
@@ -103,7 +106,7 @@ def _plan(args: argparse.Namespace) -> tuple[SweepConfig, RunSpec, Path]:
 def _settings(args: argparse.Namespace, model: str) -> dict[str, Any]:
     """Every run's sweep settings: one repeat of one model, no compute-only twins, the
     measurement flags given; --engines, else every registered engine."""
-    settings: dict[str, Any] = {} if args.engines is None else {"engines": args.engines.split(",")}
+    settings: dict[str, Any] = {} if args.engines is None else {"engines": list(args.engines)}
     settings.update(
         workers=[args.workers], models=[model], repeats=1, timeout=args.timeout, comm_cost=False
     )

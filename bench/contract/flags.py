@@ -19,7 +19,7 @@ _FLAG_HELP = {
     "max_steps": "stop after this many training steps in total",
     "warmup_steps": "first steps excluded from timing",
     "lr": "learning rate at the base global batch",
-    "lr_base_batch": "global batch at which --lr applies (default: 1-worker batch)",
+    "lr_base_batch": "global batch at which --lr applies",
     "bucket_mb": "gradient bucket / fusion buffer size in MB, applied to every engine",
     "threads": "intra-op threads per worker (OMP/MKL and the framework's own)",
     "grad_sync": "false: skip gradient averaging (compute-only twin for communication cost)",
@@ -28,6 +28,16 @@ _FLAG_HELP = {
     "bn_momentum": "BatchNorm momentum, torch's convention (paddle gets 1 - m)",
     "bn_buffers": "BatchNorm running statistics: local per rank, or broadcast from rank 0 each step",
     "allow_tf32": "true: fp32 matmuls and convolutions may run in TF32 on GPUs (every engine alike)",
+}
+
+# Defaults whose value would mislead in a help text: resolved later (per machine, per
+# model, per run) or None, which a reader cannot decode.
+_DEFAULT_WORDS = {
+    "device": "auto: cuda where a CUDA GPU is visible, else cpu",
+    "dataset": "the model's own, as `bench models` lists",
+    "data_path": "none; mnist and cifar10 need one",
+    "max_steps": "none: every --epochs",
+    "lr_base_batch": "the 1-worker global batch",
 }
 
 
@@ -41,18 +51,16 @@ def add_spec_flags(parser: argparse.ArgumentParser, defaults: RunSpec | None = N
         base = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
         kind = base[0]
         flag = "--" + f.name.replace("_", "-")
-        default = getattr(defaults, f.name)
-        shown = default.value if isinstance(default, enum.Enum) else default
-        if f.name == "device":  # the default is resolved per machine
-            shown = "auto: cuda where a CUDA GPU is visible, else cpu"
-        if f.name == "dataset":
-            shown = "the model's own (see `bench models`)"
+        # argparse's default stays None so that spec_from_args can tell a flag left unset;
+        # the help states the spec's default, once, in the words the flag takes
+        value = getattr(defaults, f.name)
+        words = _DEFAULT_WORDS.get(f.name) if value == f.default else None
+        shown = words or _shown(value)
         kwargs: dict[str, Any] = {
             "dest": f.name,
             "default": None,
-            "help": _FLAG_HELP.get(f.name, ""),
+            "help": (_FLAG_HELP.get(f.name, "") + f" (default: {shown})").strip(),
         }
-        kwargs["help"] = (kwargs["help"] + f" (default: {shown})").strip()
         if isinstance(kind, type) and issubclass(kind, enum.Enum):
             kwargs["choices"] = [m.value for m in kind]
         elif kind is bool:
@@ -61,6 +69,15 @@ def add_spec_flags(parser: argparse.ArgumentParser, defaults: RunSpec | None = N
         elif kind in (int, float):
             kwargs["type"] = kind
         group.add_argument(flag, **kwargs)
+
+
+def _shown(default: object) -> str:
+    """A default as its flag takes it: an enum's value, a bool as true|false."""
+    if isinstance(default, enum.Enum):
+        return str(default.value)
+    if isinstance(default, bool):
+        return str(default).lower()
+    return str(default)
 
 
 def _parse_bool(text: str) -> bool:

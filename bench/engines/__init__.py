@@ -24,6 +24,7 @@ from bench.engines.registry import (
     register,
     slurm_launch,
     trace_flags,
+    unknown,
     unregister,
     variant_options,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "register",
     "slurm_launch",
     "trace_flags",
+    "unknown",
     "unregister",
     "variant_options",
 ]

@@ -14,6 +14,7 @@ This module imports no framework, so `bench run` can consult it before launching
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import enum
 import os
 import re
@@ -240,6 +241,14 @@ def trace_flags() -> list[str]:
 def names() -> str:
     """The registered engine names, comma separated (for help texts and errors)."""
     return ", ".join(_REGISTRY)
+
+
+def unknown(name: object) -> str:
+    """The one wording of an unknown engine, for every command and config file alike:
+    the name, the closest registered one if any, and the registered names."""
+    close = difflib.get_close_matches(name, list(_REGISTRY), n=1) if isinstance(name, str) else []
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"unknown engine {name!r}{hint}; engines are: {names()}"
 
 
 def check_options(engine: Engine, options: Mapping[str, str]) -> None:

@@ -20,7 +20,7 @@ from typing import Any, TextIO
 from bench import engines, records
 from bench.core import allowlist
 from bench.core.units import parse_rate
-from bench.engines import Engine
+from bench.engines import Engine, unknown
 from bench.launch import netns, process
 from bench.launch.cluster import ROOT, Cluster, NodeLaunch
 from bench.records import Kind, RunRecord, Status
@@ -72,12 +72,11 @@ class Plan:
         """Parse the command-line strings; a ValueError's message names the bad argument."""
         names = [e.strip() for e in engines.split(",") if e.strip()]
         known = [e.value for e in Engine]
-        unknown = [e for e in names if e not in known]
-        if unknown or not names:
-            raise ValueError(
-                f"--engines: unknown engine(s) {', '.join(unknown) or '(none given)'}; "
-                f"choose from {','.join(known)}"
-            )
+        wrong = [e for e in names if e not in known]
+        if wrong:
+            raise ValueError(f"--engines: {unknown(wrong[0])}")
+        if not names:
+            raise ValueError(f"--engines is empty; name at least one of: {', '.join(known)}")
         byte_sizes = _ints(sizes, "--sizes", 4, "4096,1048576")
         odd = [n for n in byte_sizes if n % 4]
         if odd:

@@ -184,11 +184,13 @@ class SweepConfig:
         for item in self.engine_options:
             engine, sep, kv = item.partition(":")
             key, eq, value = kv.partition("=")
-            if not sep or not eq or not key or engine not in known:
+            if not sep or not eq or not key:
                 raise SweepError(
                     f"engine option {item!r} must look like ENGINE:KEY=VALUE with ENGINE one of "
-                    + ", ".join(sorted(known))
+                    + engines.names()
                 )
+            if engine not in known:
+                raise SweepError(f"--engine-option {item}: {engines.unknown(engine)}")
             try:  # the registry's declarations, which the adapters check too
                 engines.check_options(Engine(engine), {key: value})
             except SpecError as exc:
@@ -252,10 +254,10 @@ def _setting(name: str, hint: Any, value: Any) -> Any:
                 f"{name} must be a list of {kind}, e.g. {name} = [...], got {_short(value)}"
             )
         if item is Engine:
-            try:
-                return tuple(Engine(e) for e in value)
-            except ValueError as exc:
-                raise SweepError(f"{exc}; engines are: {engines.names()}") from None
+            wrong = [e for e in value if e not in {str(known) for known in Engine}]
+            if wrong:
+                raise SweepError(f"{name}: {engines.unknown(wrong[0])}")
+            return tuple(Engine(e) for e in value)
         if any(isinstance(v, bool) or not isinstance(v, item) for v in value):
             raise SweepError(f"{name} must be a list of {kind}, got {_short(value)}")
         return tuple(value)
