@@ -22,8 +22,7 @@ from typing import Any
 import numpy as np
 
 import models
-from bench.analysis import figures
-from bench.analysis import frame as runs
+from bench.analysis import figures, frame
 from bench.analysis.predict.model import (
     Fit,
     Layout,
@@ -229,7 +228,7 @@ def samples(
     recs = list(recs)
     groups = _groups(_train(recs, engines, models_, fit_link_bps))
     singles = {k[:2]: g["single"] for k, g in groups.items() if g["single"]}
-    colls = runs.finished(recs, Kind.COLLECTIVE)
+    colls = frame.finished(recs, Kind.COLLECTIVE)
     out = []
     for key, g in sorted(groups.items(), key=lambda kv: str(kv[0])):
         if key[3] > 1 and g["sync"] and fit_workers in (None, key[3]):
@@ -247,7 +246,7 @@ def _train(
 ) -> list[LoadedRecord]:
     return [
         r
-        for r in runs.finished(recs)
+        for r in frame.finished(recs)
         if (not engines or r.get("engine") in engines)
         and (not models_ or (r.get("spec") or {}).get("model") in models_)
         and (link_bps is None or rate_of(r) == link_bps)
@@ -294,7 +293,7 @@ def _groups(train: Iterable[LoadedRecord]) -> dict[tuple[Any, ...], _Group]:
     )
     for r in train:
         spec = r.get("spec") or {}
-        key = (runs.variant(r), spec_key(spec), rate_of(r))
+        key = (frame.variant(r), spec_key(spec), rate_of(r))
         if r.get("world_size", 1) == 1:
             groups[(*key, 1)]["single"].append(r)
         else:
