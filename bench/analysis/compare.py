@@ -330,7 +330,10 @@ def _notes(gdf: pd.DataFrame, others: pd.DataFrame) -> list[str]:
     over = gdf[gdf["oversubscribed"].astype(bool)]
     if not over.empty:
         cells = sorted(
-            {f"{e} np={w}: {b}" for e, w, b in over[["engine", "workers", "cpu_budget"]].values}
+            {
+                f"{e} np={w}: {b}"
+                for e, w, b in over[["engine", "workers", "cpu_budget_text"]].values
+            }
         )
         notes.append(
             "WARNING: oversubscribed (more worker threads than usable CPUs; the timings "
