@@ -46,12 +46,11 @@ TMP_PREFIX = "bench-netns-"
 # rate, so a message takes its bytes over the rate from the first byte; tc tbf sends
 # what its bucket holds at line speed, so the bucket must be small next to the messages
 # timed: two frames (three from 2.8gbit). A veth hands tbf GSO packets of up to 64 KiB,
-# which tbf cuts into MTU frames when they exceed its bucket (as they did the 66 KB
-# bucket this replaced). GSO stays on: with it off (gso_max_segs 1) TCP sends every
-# frame on its own and a 40 KB Gloo allreduce at 500mbit took 3.4 ms instead of 0.8.
-# The MTU grows with the rate instead, to bound the frames a second this machine
-# handles (at 1500 bytes a full 500mbit link took about five times the CPU that
-# 4000-byte frames take), and with it the bucket.
+# which tbf cuts into MTU frames when they exceed its bucket. GSO stays on: with it
+# off (gso_max_segs 1) TCP sends every frame on its own and a 40 KB Gloo allreduce at
+# 500mbit took 3.4 ms instead of 0.8. The MTU grows with the rate instead, to bound
+# the frames a second this machine handles (at 1500 bytes a full 500mbit link took
+# about five times the CPU that 4000-byte frames take), and with it the bucket.
 PACKET_S = 64e-6  # a full frame's time on the wire at the link's rate
 MIN_MTU = 1500  # Ethernet's; below 188mbit every frame is this (and takes longer)
 MAX_MTU = 65535  # a veth's largest
