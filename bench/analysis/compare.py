@@ -306,8 +306,12 @@ def _contention_note(ok: pd.DataFrame) -> str:
     causes = ok.loc[ok["contended"], "contention_cause"]
     others, steal = (int(causes.str.contains(word).sum()) for word in ("other", "steal"))
     unknown = int((causes == "unknown").sum())
-    why = [f"{others} while other processes on this machine used the CPUs (rerun them "
-           "on a quiet machine)"] if others else []  # fmt: skip
+    why: list[str] = []
+    if others:
+        why.append(
+            f"{others} while other processes on this machine used the CPUs (rerun them "
+            "on a quiet machine)"
+        )
     if steal:
         why.append(
             f"{steal} while the hypervisor withheld over {STEAL_LIMIT:.0%} of the CPU time "

@@ -295,6 +295,21 @@ def _make_pair(names: list[str], addresses: list[str], veth: list[str]) -> None:
 SSHD_START_S = 10.0
 
 
+def _sshd_argv(sshd: str, namespace: str, address: str, tmp: Path) -> list[str]:
+    """sshd in the foreground inside `namespace`, logging to stderr, with its host key,
+    authorized keys and pid file in `tmp`."""
+    options = [
+        f"ListenAddress={address}",
+        f"AuthorizedKeysFile={tmp / 'authorized_keys'}",
+        f"PidFile={tmp / 'sshd.pid'}",
+        "PermitRootLogin=prohibit-password",
+        "UsePAM=no",
+        "StrictModes=no",
+    ]
+    argv = ["ip", "netns", "exec", namespace, sshd, "-D", "-e", "-h", str(tmp / "hostkey")]
+    return argv + [word for option in options for word in ("-o", option)]
+
+
 def _start_sshd(
     tmp: Path, namespace: str, address: str, started: list[subprocess.Popen[bytes]]
 ) -> None:
@@ -310,20 +325,11 @@ def _start_sshd(
     Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege-separation directory
     with open(tmp / "sshd.log", "wb") as log:
         proc = subprocess.Popen(
-            [
-                "ip", "netns", "exec", namespace, sshd, "-D", "-e",
-                "-o", f"ListenAddress={address}",
-                "-h", str(tmp / "hostkey"),
-                "-o", f"AuthorizedKeysFile={tmp / 'authorized_keys'}",
-                "-o", f"PidFile={tmp / 'sshd.pid'}",
-                "-o", "PermitRootLogin=prohibit-password",
-                "-o", "UsePAM=no",
-                "-o", "StrictModes=no",
-            ],
+            _sshd_argv(sshd, namespace, address, tmp),
             stdout=subprocess.DEVNULL,
             stderr=log,
             start_new_session=True,  # Ctrl-C reaches bench, which stops sshd in order
-        )  # fmt: skip
+        )
     started.append(proc)
     if not _listening(proc, namespace, address):
         why = "exited" if proc.poll() is not None else f"did not listen within {SSHD_START_S:g}s"
