@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 from bench import engines, records
-from bench.analysis import compare as report
-from bench.analysis import frame as runs
+from bench.analysis import compare, frame
 from bench.engines import Engine
 from bench.records.types import LoadedRecord
 from tests.conftest import ROOT, RUN_TIMEOUT_S, ok_record, run_direct, run_engine
@@ -50,7 +49,7 @@ def test_horovod_timeline_and_autotune_are_recorded(tmp_path: Path) -> None:
     assert summary["activities_ms"]["NEGOTIATE_ALLREDUCE"] > 0
     assert summary["per_step_ms"]["allreduce"] > 0
     # compare keeps autotuned runs apart from plain runs of the same engine
-    assert runs.frame([cast(LoadedRecord, rec)])["engine"].iloc[0] == "horovod[autotune=true]"
+    assert frame.frame([cast(LoadedRecord, rec)])["engine"].iloc[0] == "horovod[autotune=true]"
 
 
 @pytest.mark.parametrize(
@@ -161,7 +160,7 @@ def test_horovodrun_flags_are_read_back_and_recorded(tmp_path: Path) -> None:
     assert knobs["set_by_launcher"] == ["HOROVOD_CYCLE_TIME", "HOROVOD_TIMELINE"]
     # a run with another cycle time is a variant of its own in compare, as with --engine-option
     assert rec["engine_options"] == {"cycle_time_ms": "7.0"}
-    assert runs.frame([cast(LoadedRecord, rec)])["engine"].iloc[0] == "horovod[cycle_time_ms=7.0]"
+    assert frame.frame([cast(LoadedRecord, rec)])["engine"].iloc[0] == "horovod[cycle_time_ms=7.0]"
     assert rec["timeline"]["path"] == str(timeline) and timeline.is_file()
     assert rec["timeline"]["per_step_ms"]["allreduce"] > 0
 
@@ -200,5 +199,5 @@ def test_runner_records_oversubscription(tmp_path: Path) -> None:
     }
     fits = ok_record(*run_direct(Engine.DDP, [*args, "--threads", "1"], tmp_path / "b"))
     assert fits["oversubscribed"] is False
-    flagged = report.compare([cast(LoadedRecord, over)])[0].sections["throughput"]
+    flagged = compare.compare([cast(LoadedRecord, over)])[0].sections["throughput"]
     assert flagged["oversubscribed"].tolist() == ["YES"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench import cli, engines, records
-from bench.analysis import frame as runs
+from bench.analysis import frame
 from bench.engines import Engine
 from bench.launch import cluster as launch
 from tests import engine_double
@@ -84,4 +84,4 @@ def test_fourth_engine_runs_a_real_cell(twin: Engine, tmp_path: Path) -> None:
     (rec,) = records.load([records.results_file(tmp_path)]).records
     assert rec["status"] == "ok" and rec["engine"] == "twin"
     assert rec["launcher"]["name"] == "torchrun"
-    assert runs.frame([rec])["engine"].iloc[0] == "twin"
+    assert frame.frame([rec])["engine"].iloc[0] == "twin"

@@ -14,8 +14,7 @@ from typing import Any, cast
 import pytest
 
 from bench import cli, engines, records
-from bench.analysis import compare as report
-from bench.analysis import html, html_figures
+from bench.analysis import compare, html, html_figures
 from bench.records.types import LoadedRecord
 from tests.conftest import ROOT
 
@@ -248,7 +247,7 @@ def test_comparisons_name_their_machine_in_the_page() -> None:
     page = html.render(recs + other)
     assert "<b>machine:</b> Golden CPU x2 | torch 2.13.0" in page
     assert "<b>machine:</b> Other CPU x2 | torch 2.13.0" in page
-    assert len(report.compare(recs + other)) == 2
+    assert len(compare.compare(recs + other)) == 2
 
 
 def test_screenshot_in_chromium(tmp_path: Path) -> None:
@@ -324,7 +323,7 @@ def test_tables_align_as_the_text_does() -> None:
 
 
 def test_the_knobs_that_differ_are_a_table() -> None:
-    comp = report.Comparison(
+    comp = compare.Comparison(
         "t",
         "g",
         {},

@@ -23,8 +23,7 @@ import pytest
 
 import models
 from bench import engines, records
-from bench.analysis import compare as report
-from bench.analysis import frame as runs
+from bench.analysis import compare, frame
 from bench.contract import data
 from bench.contract.spec import Optimizer, RunSpec, SpecError
 from bench.core import machine as env
@@ -143,7 +142,7 @@ def test_each_step_trains_at_the_learning_rate_it_is_given(adapter: EngineAdapte
 def test_fp32_maths_set_and_recorded(adapter: EngineAdapter) -> None:
     """True fp32 unless allow_tf32: TF32 and cuDNN modes set explicitly, read back into knobs."""
     math = adapter.knobs()["math"]
-    assert {k: math[k] for k in runs.MATH_KEYS} == {k: False for k in runs.MATH_KEYS}
+    assert {k: math[k] for k in frame.MATH_KEYS} == {k: False for k in frame.MATH_KEYS}
     if adapter.engine is not Engine.PADDLE:  # torch's own read-back of what was set
         assert math["native"]["cuda.matmul.fp32_precision"] == "ieee"
         assert math["native"]["cudnn.conv.fp32_precision"] == "ieee"  # torch's default: tf32
@@ -158,11 +157,11 @@ def test_allow_tf32_is_refused_on_cpu() -> None:
 def test_compare_shows_fp32_maths(tmp_path: Path) -> None:
     golden = records.load([Path(__file__).parent / "data" / "golden.jsonl"]).records
     ok = [r for r in golden if r["status"] == "ok"]
-    math = {k: False for k in runs.MATH_KEYS}
+    math = {k: False for k in frame.MATH_KEYS}
     for r in ok:
         r["knobs"] = {**(r.get("knobs") or {}), "math": {**math, "nvidia_tf32_override": None}}
-    text = "\n".join(report.compare(ok)[0].notes)
+    text = "\n".join(compare.compare(ok)[0].notes)
     assert "fp32 maths identical across engines: tf32 matmul off, tf32 conv off" in text
     ok[0]["knobs"]["math"]["tf32_matmul"] = True
-    text = "\n".join(report.compare(ok)[0].notes)
+    text = "\n".join(compare.compare(ok)[0].notes)
     assert "WARNING: fp32 maths differ between runs" in text and "tf32 matmul on" in text

@@ -9,9 +9,7 @@ from pathlib import Path
 from typing import cast
 
 from bench import records, sweep
-from bench.analysis import compare as report
-from bench.analysis import frame as runs
-from bench.analysis import regress
+from bench.analysis import compare, frame, regress
 from bench.contract.spec import RunSpec
 from bench.measure.window import PROTOCOL_VERSION
 from bench.records.types import LoadedRecord, Spec
@@ -34,11 +32,11 @@ def test_a_spec_field_at_its_default_does_not_split_groups() -> None:
         r["spec"] = cast(Spec, {**defaults, **r["spec"]})
         r["run_id"] += "-new"
     spec_old, spec_new = old[0]["spec"], new[0]["spec"]
-    assert runs.group_key(spec_old, "m") == runs.group_key(spec_new, "m")
-    assert len(report.compare(old)) == len(report.compare(old + new)) == 1
+    assert frame.group_key(spec_old, "m") == frame.group_key(spec_new, "m")
+    assert len(compare.compare(old)) == len(compare.compare(old + new)) == 1
     # a field away from its default still makes its own group
     other = {**spec_new, "allow_tf32": True}
-    assert runs.group_key(other, "m") != runs.group_key(spec_new, "m")
+    assert frame.group_key(other, "m") != frame.group_key(spec_new, "m")
 
 
 def test_another_protocol_version_is_its_own_comparison() -> None:
@@ -48,10 +46,10 @@ def test_another_protocol_version_is_its_own_comparison() -> None:
         r["protocol_version"] = 2
         r["run_id"] += "-p2"
     assert records.protocol_version(old[0]) == 1
-    comps = report.compare(old + new)
+    comps = compare.compare(old + new)
     assert len(comps) == 2 and len({c.group for c in comps}) == 2
-    frame = runs.frame(old + new)
-    synced = frame[frame["grad_sync"].astype(bool)]
+    df = frame.frame(old + new)
+    synced = df[df["grad_sync"].astype(bool)]
     assert synced["spec_group"].nunique() == 2  # BASE/NEW never pairs two protocols
 
 
@@ -81,7 +79,7 @@ def test_compare_says_why_runs_of_another_protocol_are_apart() -> None:
     for r in new:
         r["protocol_version"] = PROTOCOL_VERSION
         r["run_id"] += "-new"
-    comps = report.compare(old + new)
+    comps = compare.compare(old + new)
     assert len(comps) == 2
     for c in comps:
         (note,) = [n for n in c.notes if n.startswith("apart: ")]

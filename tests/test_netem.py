@@ -18,7 +18,7 @@ from typing import Any, cast
 import pytest
 
 from bench import cli, records
-from bench.analysis import frame as runs
+from bench.analysis import frame
 from bench.cli.common import EXIT_BAD_INPUT
 from bench.core import units
 from bench.launch import netns
@@ -90,7 +90,7 @@ def test_a_record_over_an_emulated_link_carries_its_rate() -> None:
     bad = schema.checker(Link).check({"rate_bps": "1gbit"}, "link", schema.OK)
     assert bad and "link.rate_bps" in bad
     # compare names the link as part of the variant
-    assert runs.link_suffix(rec) == "/200mbit" and runs.link_suffix(cast(RunRecord, {})) == ""
+    assert frame.link_suffix(rec) == "/200mbit" and frame.link_suffix(cast(RunRecord, {})) == ""
 
 
 def test_bad_link_options_are_refused_before_anything_starts(

@@ -18,8 +18,7 @@ import pytest
 
 import models
 from bench import cli, records
-from bench.analysis import frame as runs
-from bench.analysis import html, predict, render
+from bench.analysis import frame, html, predict, render
 from bench.cli.common import EXIT_BAD_INPUT
 from bench.contract import data
 from bench.engines import registry
@@ -526,7 +525,7 @@ def test_predictions_are_records_kept_out_of_measured_tables() -> None:
         assert schema.validate(rec) is None, schema.validate(rec)
         assert rec["kind"] == "prediction" and "throughput" not in rec
     loaded = cast(list[LoadedRecord], recs)  # as bench compare reads them back
-    assert runs.frame(loaded).empty  # no measured table reads them
+    assert frame.frame(loaded).empty  # no measured table reads them
     text = render.render(records.Loaded(loaded, [], []), "text", 0.95)
     assert text and "MODEL PREDICTIONS, not measurements" in text and "25gbit" in text
     assert "compute share" in text and "efficiency" not in text.split("MODEL PREDICTIONS")[1]

@@ -14,18 +14,16 @@ import pandas as pd
 import pytest
 
 from bench import cli, records
-from bench.analysis import compare as report
-from bench.analysis import figures, render
-from bench.analysis import frame as runs
+from bench.analysis import compare, figures, frame, render
 from bench.records.types import LoadedRecord
 
 GOLDEN = Path(__file__).parent / "data" / "golden.jsonl"
 REFERENCE = Path(__file__).parent.parent / "results" / "reference" / "cpu-2core-digits"
 
 
-def _comparison() -> report.Comparison:
+def _comparison() -> compare.Comparison:
     loaded = records.load([GOLDEN])
-    comps = report.compare(loaded.records)
+    comps = compare.compare(loaded.records)
     assert len(comps) == 1  # seeds differ, the spec does not; no-sync twins are not a table
     return comps[0]
 
@@ -83,7 +81,7 @@ def test_notes_name_failures() -> None:
 def test_fingerprint_mismatch_is_flagged() -> None:
     loaded = records.load([GOLDEN]).records
     loaded[2]["fingerprints"]["init_weights"] = "different"  # horovod np=1, seed 0
-    notes = "\n".join(report.compare(loaded)[0].notes)
+    notes = "\n".join(compare.compare(loaded)[0].notes)
     assert "WARNING: initial-weight fingerprints differ between engines" in notes
 
 
@@ -195,7 +193,7 @@ def test_different_machines_and_versions_are_never_pooled() -> None:
         cast(LoadedRecord, {**r, "env": {**r["env"], "libraries": {"torch": "9.9"}}})
         for r in golden
     ]
-    comps = report.compare(golden + other_cpu + other_lib)
+    comps = compare.compare(golden + other_cpu + other_lib)
     assert len(comps) == 3  # one per machine and library versions, each with its own medians
     assert sorted((c.machine, c.libraries) for c in comps) == [
         ("Golden CPU x2", "torch 2.13.0"),
@@ -240,7 +238,7 @@ def test_oversubscribed_runs_are_flagged_in_every_table() -> None:
             "threads_per_worker": 4 if over else 1,
             "usable_cpus": 2,
         }
-    comp = report.compare(golden)[0]
+    comp = compare.compare(golden)[0]
     cells = {n: df for n, df in comp.sections.items() if "engine" in df}  # not: a row a pair
     assert set(comp.sections) - set(cells) == {"decided"}
     for name, df in cells.items():
@@ -265,7 +263,7 @@ def test_contended_runs_are_flagged_in_every_timing_table() -> None:
     for r in recs:
         if r["engine"] == "horovod" and r["world_size"] == 2:
             r["contended"] = True
-    comp = report.compare(recs)[0]
+    comp = compare.compare(recs)[0]
     for name in ("throughput", "per rank", "head to head"):
         section = comp.sections[name].set_index(["engine", "workers"])
         assert section.loc[("horovod", 2), "contended"] == "3/3", name
@@ -279,10 +277,10 @@ def test_contended_runs_are_flagged_in_every_timing_table() -> None:
             r["contention"] = cast(
                 Any, [c, {**c, "other_cpu_cores": "lots"}]
             )  # wrong type: ignored
-    (note,) = [n for n in report.compare(recs)[0].notes if "shared CPUs" in n]
+    (note,) = [n for n in compare.compare(recs)[0].notes if "shared CPUs" in n]
     assert "3 while the hypervisor withheld over 2%" in note and "other processes" not in note
     recs[0]["contended"], recs[0]["contention"] = True, cast(Any, [{"other_cpu_cores": 0.9}])
-    (note,) = [n for n in report.compare(recs)[0].notes if "shared CPUs" in n]
+    (note,) = [n for n in compare.compare(recs)[0].notes if "shared CPUs" in n]
     assert "1 while other processes on this machine used the CPUs" in note
 
 
@@ -292,7 +290,7 @@ def test_json_and_csv_keep_numbers_as_numbers() -> None:
     import io
 
     loaded = records.load([GOLDEN])
-    data = json.loads(render.render(loaded, "json", runs.DEFAULT_TARGET) or "")
+    data = json.loads(render.render(loaded, "json", frame.DEFAULT_TARGET) or "")
     rows = {(r["engine"], r["workers"]): r for r in data[0]["sections"]["throughput"]}
     ddp2 = rows["ddp", 2]
     assert ddp2["samples/s"] == 150 and ddp2["samples/s n"] == 3
@@ -303,7 +301,7 @@ def test_json_and_csv_keep_numbers_as_numbers() -> None:
     assert "95% CI" not in ddp2 and rows["ddp", 1]["comm %"] is None
     text = json.dumps(data)
     assert '"-"' not in text and "n=3" not in text
-    csv = render.render(loaded, "csv", runs.DEFAULT_TARGET) or ""
+    csv = render.render(loaded, "csv", frame.DEFAULT_TARGET) or ""
     table = pd.read_csv(io.StringIO(csv))
     assert list(table.columns[-5:]) == ["value", "low", "high", "n", "text"]
     sections = {"throughput", "per rank", "accuracy", "head to head", "decided", "noise"}
@@ -313,7 +311,7 @@ def test_json_and_csv_keep_numbers_as_numbers() -> None:
     assert (one["value"], one["n"]) == (150, 3) and one["low"] < 150 < one["high"]
     assert table["value"].dtype == float and not (table["text"] == "-").any()
     # text keeps its formatting
-    assert "[127, 177] n=3" in (render.render(loaded, "text", runs.DEFAULT_TARGET) or "")
+    assert "[127, 177] n=3" in (render.render(loaded, "text", frame.DEFAULT_TARGET) or "")
 
 
 def test_a_phase_no_run_of_a_cell_had_is_a_dash_without_a_warning() -> None:
@@ -328,8 +326,8 @@ def test_a_phase_no_run_of_a_cell_had_is_a_dash_without_a_warning() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         shown = {
-            name: report.displayed(name, section)
-            for comp in report.compare(recs)
+            name: compare.displayed(name, section)
+            for comp in compare.compare(recs)
             for name, section in comp.sections.items()
         }
     startup = shown["start-up"].set_index(["engine", "workers"])

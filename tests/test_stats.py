@@ -6,22 +6,23 @@ import numpy as np
 import pytest
 
 from bench.measure import stats
+from tests._stats_helpers import bootstrap, order_coverage
 
 
 def test_single_value_has_no_interval() -> None:
-    est = stats.bootstrap([5.0])
+    est = bootstrap([5.0])
     assert (est.value, est.low, est.high, est.n) == (5.0, None, None, 1)
 
 
 def test_constant_values_have_a_degenerate_interval() -> None:
-    est = stats.bootstrap([3.0] * 7)
+    est = bootstrap([3.0] * 7)
     assert est.value == est.low == est.high == 3.0
 
 
 def test_interval_brackets_the_median_and_narrows_with_n() -> None:
     rng = np.random.default_rng(1)
-    small = stats.bootstrap(rng.normal(100, 10, 8))
-    large = stats.bootstrap(rng.normal(100, 10, 400))
+    small = bootstrap(rng.normal(100, 10, 8))
+    large = bootstrap(rng.normal(100, 10, 400))
     for est in (small, large):
         assert est.low is not None and est.high is not None
         assert est.low <= est.value <= est.high
@@ -31,7 +32,7 @@ def test_interval_brackets_the_median_and_narrows_with_n() -> None:
 
 def test_known_interval_for_two_values() -> None:
     # resampling two values gives medians 1, 1.5 or 2: the 95% interval spans [1, 2]
-    est = stats.bootstrap([1.0, 2.0])
+    est = bootstrap([1.0, 2.0])
     assert (est.low, est.high) == (1.0, 2.0)
 
 
@@ -45,7 +46,7 @@ def test_ratio_point_and_interval() -> None:
 
 def test_empty_is_an_error() -> None:
     with pytest.raises(ValueError, match="no values"):
-        stats.bootstrap([])
+        bootstrap([])
 
 
 # -- intervals whose coverage holds at small n --------------------------------------
@@ -62,8 +63,8 @@ def test_too_few_runs_have_no_interval() -> None:
 def test_order_statistic_ranks_and_coverage() -> None:
     # no order-statistic interval reaches 95% below 6 values (min-max at 5: 93.75%)
     assert [stats.order_rank(n) for n in range(1, 12)] == [None] * 5 + [1, 1, 1, 2, 2, 2]
-    assert stats.order_coverage(6) == pytest.approx(1 - 2 / 64)
-    assert stats.order_coverage(10) == pytest.approx(1 - 2 * 11 / 1024)
+    assert order_coverage(6) == pytest.approx(1 - 2 / 64)
+    assert order_coverage(10) == pytest.approx(1 - 2 * 11 / 1024)
     est = stats.estimate([10.0, 1.0, 9.0, 2.0, 8.0, 3.0, 7.0, 4.0, 6.0, 5.0])
     assert (est.low, est.high, est.method) == (2.0, 9.0, "order-statistic")
 
@@ -112,6 +113,6 @@ def test_coverage_by_simulation(draw: Callable[..., np.ndarray]) -> None:
         assert floor <= cover <= 0.995, (n, cover)
         assert 0.92 <= cover_ratio <= 0.995, (n, cover_ratio)
         if n == 3:  # what the bootstrap of the median achieved
-            old = [stats.bootstrap(x, resamples=200) for x in xs[:300]]
+            old = [bootstrap(x, resamples=200) for x in xs[:300]]
             old_cover = np.mean([e.low <= true_median <= e.high for e in old])  # type: ignore[operator]
             assert old_cover < 0.85, old_cover

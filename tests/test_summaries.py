@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from bench import records
-from bench.analysis import compare as report
+from bench.analysis import compare
 from bench.records import cache, summaries
 
 GOLDEN = Path(__file__).parent / "data" / "golden.jsonl"
@@ -24,9 +24,9 @@ def _copy(tmp_path: Path) -> Path:
 
 def test_summaries_give_the_same_tables(tmp_path: Path) -> None:
     path = _copy(tmp_path)
-    full = report.compare(records.load([path]).records)
+    full = compare.compare(records.load([path]).records)
     for _ in range(2):  # built, then read from the cache
-        summ = report.compare(records.load_summaries([path]).records)
+        summ = compare.compare(records.load_summaries([path]).records)
         assert [c.title for c in summ] == [c.title for c in full]
         for a, b in zip(full, summ, strict=True):
             for name in a.sections:

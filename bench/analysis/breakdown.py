@@ -241,7 +241,7 @@ def _straggler(runs: pd.DataFrame, step: float) -> tuple[int, str] | None:
     )
 
 
-def _contended(runs: pd.DataFrame) -> str | None:
+def _contention_evidence(runs: pd.DataFrame) -> str | None:
     """Evidence that others shared the CPUs: other processes, the hypervisor, or more
     compute threads than CPUs. (The CPU the engine's own communication takes is a part
     of the time lost to scaling, `comm CPU`.)"""
@@ -292,7 +292,7 @@ def verdict(cell: pd.DataFrame, twins: pd.DataFrame, group: Group | None = None)
             "even a loader overlapping the step could not keep up"
         )
         return _verdict("input-bound", runs, evidence, group)
-    contended = _contended(runs)
+    contended = _contention_evidence(runs)
     if contended is not None:
         return _verdict("CPU-contended", runs, contended, group)
     if int(runs["workers"].iloc[0]) > 1 and not np.isfinite(p.exposed):

@@ -86,7 +86,7 @@ def _lost_share(ratio: stats.Estimate) -> stats.Estimate:
     return stats.Estimate(1 - ratio.value, low, high, ratio.n, ratio.method)
 
 
-def _contended(cell: pd.DataFrame) -> str:
+def _contended_runs(cell: pd.DataFrame) -> str:
     """'k/n' runs of a cell measured on shared CPUs (other processes or steal); '-' for none."""
     k = int(cell["contended"].sum()) if "contended" in cell else 0
     return f"{k}/{len(cell)}" if k else "-"
@@ -110,7 +110,7 @@ def _throughput_rows(
             "efficiency": np.nan,
             "eff. 95% CI": "-",
             "comm %": "-",
-            "contended": _contended(good),
+            "contended": _contended_runs(good),
         }
         if len(good):
             tp = good["throughput"].tolist()
@@ -176,7 +176,7 @@ def _rank_rows(gdf: pd.DataFrame) -> pd.DataFrame:
                 "of peak": _utilisation(cell),
                 "peak RSS MB": float(cell["peak_rss_mb"].max()),
                 "CPU util": float(cell["cpu_util"].mean()),
-                "contended": _contended(cell),
+                "contended": _contended_runs(cell),
             }
         )
     return (
@@ -277,7 +277,7 @@ def _head_to_head_rows(gdf: pd.DataFrame, iv: list[dict[str, Any]]) -> pd.DataFr
     rows = []
     for workers, same_w in _ok(gdf).groupby("workers"):
         by_engine = {e: g["throughput"].tolist() for e, g in same_w.groupby("engine")}
-        flagged = {e: _contended(g) for e, g in same_w.groupby("engine")}
+        flagged = {e: _contended_runs(g) for e, g in same_w.groupby("engine")}
         best = max(by_engine, key=lambda e: float(np.median(by_engine[e])))
         for engine, tp in sorted(by_engine.items()):
             est = stats.ratio(tp, by_engine[best])
@@ -306,8 +306,12 @@ def _contention_note(ok: pd.DataFrame) -> str:
     causes = ok.loc[ok["contended"], "contention_cause"]
     others, steal = (int(causes.str.contains(word).sum()) for word in ("other", "steal"))
     unknown = int((causes == "unknown").sum())
-    why = [f"{others} while other processes on this machine used the CPUs (rerun them "
-           "on a quiet machine)"] if others else []  # fmt: skip
+    why: list[str] = []
+    if others:
+        why.append(
+            f"{others} while other processes on this machine used the CPUs (rerun them "
+            "on a quiet machine)"
+        )
     if steal:
         why.append(
             f"{steal} while the hypervisor withheld over {STEAL_LIMIT:.0%} of the CPU time "
@@ -330,7 +334,10 @@ def _notes(gdf: pd.DataFrame, others: pd.DataFrame) -> list[str]:
     over = gdf[gdf["oversubscribed"].astype(bool)]
     if not over.empty:
         cells = sorted(
-            {f"{e} np={w}: {b}" for e, w, b in over[["engine", "workers", "cpu_budget"]].values}
+            {
+                f"{e} np={w}: {b}"
+                for e, w, b in over[["engine", "workers", "cpu_budget_text"]].values
+            }
         )
         notes.append(
             "WARNING: oversubscribed (more worker threads than usable CPUs; the timings "

@@ -49,16 +49,24 @@ def table(
     if df.empty:
         return df
     ok = df[(df["status"] == Status.OK) & df["grad_sync"].astype(bool)]
-    rows = [_row(title, engine, int(w), cell, price, target)
-            for (title, engine, w), cell in ok.groupby(["title", "engine", "workers"])]  # fmt: skip
+    rows = [
+        _row(title, engine, int(w), cell, price, target)
+        for (title, engine, w), cell in ok.groupby(["title", "engine", "workers"])
+    ]
     return pd.DataFrame(rows)
 
 
-def _row(title: str, engine: str, workers: int, cell: pd.DataFrame, price: Price | None,
-         target: float) -> dict[str, Any]:  # fmt: skip
+def _row(
+    title: str, engine: str, workers: int, cell: pd.DataFrame, price: Price | None, target: float
+) -> dict[str, Any]:
     tput = float(cell["throughput"].median())
-    row: dict[str, Any] = {"comparison": title, "engine": engine, "workers": workers,
-                           "runs": len(cell), "samples/s": f"{tput:,.0f}"}  # fmt: skip
+    row: dict[str, Any] = {
+        "comparison": title,
+        "engine": engine,
+        "workers": workers,
+        "runs": len(cell),
+        "samples/s": f"{tput:,.0f}",
+    }
     if price is not None:
         per_s = price.per_second(workers, int(cell["nodes"].max()))
         reached = cell["time_to_target"].dropna()

@@ -199,7 +199,7 @@ def _row(r: LoadedRecord, target: float) -> dict[str, Any]:
     res = r.get("resources") or {}
     flops: Mapping[str, Any] = r.get("flops_per_sample") or {}
     machine, libraries = _context(r)
-    oversub, budget = figures.oversubscription(r)
+    oversub, budget_text = figures.oversubscription(r)
     engine = variant(r) + _pinned(r) + _aa_suffix(r)
     protocol = records.protocol_version(r)
     return {
@@ -246,7 +246,7 @@ def _row(r: LoadedRecord, target: float) -> dict[str, Any]:
         "machine": machine,
         "libraries": libraries,
         "oversubscribed": oversub,
-        "cpu_budget": budget,
+        "cpu_budget_text": budget_text,  # the record's cpu_budget as compare's note prints it
         "knobs": json.dumps(r.get("knobs", {}), sort_keys=True),
         "math": _math(r.get("knobs") or {}),
         "error": r.get("error"),

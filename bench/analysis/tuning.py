@@ -26,27 +26,38 @@ def rows(recs: Iterable[LoadedRecord], tune_id: str | None = None) -> pd.DataFra
         tuned = [r for r in tuned if _labels(r).get("tune") == tune_id]
     groups: dict[tuple[str, str, int, str], dict[str, list[LoadedRecord]]] = {}
     for r in tuned:
-        key = (str(_labels(r).get("tune")), str(r.get("engine")), int(r.get("world_size") or 0),
-               str((r.get("spec") or {}).get("model")))  # fmt: skip
+        key = (
+            str(_labels(r).get("tune")),
+            str(r.get("engine")),
+            int(r.get("world_size") or 0),
+            str((r.get("spec") or {}).get("model")),
+        )
         groups.setdefault(key, {}).setdefault(str(_labels(r)["tuning"]), []).append(r)
     out = []
     for (tune, engine, workers, model), by_role in sorted(groups.items()):
-        ok = {role: [r for r in rs if r.get("status") == Status.OK]
-              for role, rs in by_role.items()}  # fmt: skip
+        ok = {role: [r for r in rs if r.get("status") == Status.OK] for role, rs in by_role.items()}
         d = [float(r.get("throughput") or "nan") for r in ok.get("default", [])]
         t = [float(r.get("throughput") or "nan") for r in ok.get("tuned", [])]
         if not d or not t:
             continue
         de, te, ratio = stats.estimate(d), stats.estimate(t), stats.ratio(t, d)
-        out.append({
-            "tune": tune, "engine": engine, "workers": workers, "model": model,
-            "default samples/s": round(de.value), "default 95% CI": de.interval(),
-            "tuned samples/s": round(te.value), "tuned 95% CI": te.interval(),
-            "tuned / default": round(ratio.value, 3), "ratio 95% CI": ratio.interval(".3f"),
-            "tuned knobs": _labels(ok["tuned"][0]).get("knobs"),
-            "default knobs": _labels(ok["default"][0]).get("knobs"),
-            "trials": len(by_role.get("trial", [])),
-        })  # fmt: skip
+        out.append(
+            {
+                "tune": tune,
+                "engine": engine,
+                "workers": workers,
+                "model": model,
+                "default samples/s": round(de.value),
+                "default 95% CI": de.interval(),
+                "tuned samples/s": round(te.value),
+                "tuned 95% CI": te.interval(),
+                "tuned / default": round(ratio.value, 3),
+                "ratio 95% CI": ratio.interval(".3f"),
+                "tuned knobs": _labels(ok["tuned"][0]).get("knobs"),
+                "default knobs": _labels(ok["default"][0]).get("knobs"),
+                "trials": len(by_role.get("trial", [])),
+            }
+        )
     return pd.DataFrame(out)
 
 
@@ -56,14 +67,18 @@ def readable(table: pd.DataFrame) -> pd.DataFrame:
     out = []
     for r in table.to_dict("records"):
         same = not r["tuned knobs"] or r["tuned knobs"] == r["default knobs"]
-        out.append({
-            "engine": r["engine"], "workers": r["workers"], "model": r["model"],
-            "default samples/s": f"{r['default samples/s']:,} {r['default 95% CI']}",
-            "tuned samples/s": f"{r['tuned samples/s']:,} {r['tuned 95% CI']}",
-            "tuned knobs": "its defaults won" if same else r["tuned knobs"],
-            "tuned / default": f"{r['tuned / default']:.2f} {r['ratio 95% CI']}",
-            "trials": r["trials"],
-        })  # fmt: skip
+        out.append(
+            {
+                "engine": r["engine"],
+                "workers": r["workers"],
+                "model": r["model"],
+                "default samples/s": f"{r['default samples/s']:,} {r['default 95% CI']}",
+                "tuned samples/s": f"{r['tuned samples/s']:,} {r['tuned 95% CI']}",
+                "tuned knobs": "its defaults won" if same else r["tuned knobs"],
+                "tuned / default": f"{r['tuned / default']:.2f} {r['ratio 95% CI']}",
+                "trials": r["trials"],
+            }
+        )
     return pd.DataFrame(out)
 
 

@@ -125,7 +125,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {option} needs --base PATH and --new PATH", file=sys.stderr)
         return EXIT_BAD_INPUT
     if len(args.paths) == 2:
-        # Two paths used to switch to BASE/NEW mode; now it is explicit.
+        # Regression mode is chosen by its flags, never by how many paths are given;
+        # whoever wanted the change between the two is told how to ask for it.
         print(
             "note: two paths are shown as one set of tables; for the change from one to the "
             f"other use `bench compare --base {args.paths[0]} --new {args.paths[1]}`",

@@ -46,9 +46,10 @@ class _EngineType(type):
 class Engine(str, metaclass=_EngineType):
     """A registered engine's name: `Engine("ddp")` is `Engine.DDP`; unknown names raise.
 
-    A str like the enum it replaces (equal to its name, JSON-able as it, `.value`),
-    but open: `register` adds an engine without editing this type. Instances are
-    unique per name, so `is` compares them.
+    It behaves as a str Enum member would (equal to its name, JSON-able as it,
+    `.value`), so records and callers need no encoder or conversion, but it is open:
+    `register` adds an engine without editing this type. Instances are unique per
+    name, so `is` compares them.
     """
 
     __slots__ = ()

@@ -46,12 +46,11 @@ TMP_PREFIX = "bench-netns-"
 # rate, so a message takes its bytes over the rate from the first byte; tc tbf sends
 # what its bucket holds at line speed, so the bucket must be small next to the messages
 # timed: two frames (three from 2.8gbit). A veth hands tbf GSO packets of up to 64 KiB,
-# which tbf cuts into MTU frames when they exceed its bucket (as they did the 66 KB
-# bucket this replaced). GSO stays on: with it off (gso_max_segs 1) TCP sends every
-# frame on its own and a 40 KB Gloo allreduce at 500mbit took 3.4 ms instead of 0.8.
-# The MTU grows with the rate instead, to bound the frames a second this machine
-# handles (at 1500 bytes a full 500mbit link took about five times the CPU that
-# 4000-byte frames take), and with it the bucket.
+# which tbf cuts into MTU frames when they exceed its bucket. GSO stays on: with it
+# off (gso_max_segs 1) TCP sends every frame on its own and a 40 KB Gloo allreduce at
+# 500mbit took 3.4 ms instead of 0.8. The MTU grows with the rate instead, to bound
+# the frames a second this machine handles (at 1500 bytes a full 500mbit link took
+# about five times the CPU that 4000-byte frames take), and with it the bucket.
 PACKET_S = 64e-6  # a full frame's time on the wire at the link's rate
 MIN_MTU = 1500  # Ethernet's; below 188mbit every frame is this (and takes longer)
 MAX_MTU = 65535  # a veth's largest
@@ -296,6 +295,21 @@ def _make_pair(names: list[str], addresses: list[str], veth: list[str]) -> None:
 SSHD_START_S = 10.0
 
 
+def _sshd_argv(sshd: str, namespace: str, address: str, tmp: Path) -> list[str]:
+    """sshd in the foreground inside `namespace`, logging to stderr, with its host key,
+    authorized keys and pid file in `tmp`."""
+    options = [
+        f"ListenAddress={address}",
+        f"AuthorizedKeysFile={tmp / 'authorized_keys'}",
+        f"PidFile={tmp / 'sshd.pid'}",
+        "PermitRootLogin=prohibit-password",
+        "UsePAM=no",
+        "StrictModes=no",
+    ]
+    argv = ["ip", "netns", "exec", namespace, sshd, "-D", "-e", "-h", str(tmp / "hostkey")]
+    return argv + [word for option in options for word in ("-o", option)]
+
+
 def _start_sshd(
     tmp: Path, namespace: str, address: str, started: list[subprocess.Popen[bytes]]
 ) -> None:
@@ -311,20 +325,11 @@ def _start_sshd(
     Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege-separation directory
     with open(tmp / "sshd.log", "wb") as log:
         proc = subprocess.Popen(
-            [
-                "ip", "netns", "exec", namespace, sshd, "-D", "-e",
-                "-o", f"ListenAddress={address}",
-                "-h", str(tmp / "hostkey"),
-                "-o", f"AuthorizedKeysFile={tmp / 'authorized_keys'}",
-                "-o", f"PidFile={tmp / 'sshd.pid'}",
-                "-o", "PermitRootLogin=prohibit-password",
-                "-o", "UsePAM=no",
-                "-o", "StrictModes=no",
-            ],
+            _sshd_argv(sshd, namespace, address, tmp),
             stdout=subprocess.DEVNULL,
             stderr=log,
             start_new_session=True,  # Ctrl-C reaches bench, which stops sshd in order
-        )  # fmt: skip
+        )
     started.append(proc)
     if not _listening(proc, namespace, address):
         why = "exited" if proc.poll() is not None else f"did not listen within {SSHD_START_S:g}s"

@@ -73,13 +73,23 @@ class Meter:
             except (OSError, ValueError):
                 continue
             delta = after - before if after >= before else after + wrap - before
-            parts.append({"joules": delta / 1e6, "source": f"rapl:{d}",
-                          "scope": "CPU package (every process on it)"})  # fmt: skip
+            parts.append(
+                {
+                    "joules": delta / 1e6,
+                    "source": f"rapl:{d}",
+                    "scope": "CPU package (every process on it)",
+                }
+            )
         if self.gpu_index is not None and self._nvml_mj is not None:
             after_mj = _nvml_energy_mj(self.gpu_index)
             if after_mj is not None:
-                parts.append({"joules": (after_mj - self._nvml_mj) / 1e3,
-                              "source": f"nvml:gpu{self.gpu_index}", "scope": "one GPU"})  # fmt: skip
+                parts.append(
+                    {
+                        "joules": (after_mj - self._nvml_mj) / 1e3,
+                        "source": f"nvml:gpu{self.gpu_index}",
+                        "scope": "one GPU",
+                    }
+                )
         return parts
 
 
@@ -100,8 +110,13 @@ def total(per_rank: list[Any], hosts: list[str], seconds: float | None) -> dict[
     if not sources:
         return {"joules": None, "watts": None, "seconds": seconds, "sources": [NOT_MEASURED]}
     watts = joules / seconds if seconds else None
-    return {"joules": joules, "watts": watts, "seconds": seconds, "sources": sources,
-            "scope": sorted(scope)}  # fmt: skip
+    return {
+        "joules": joules,
+        "watts": watts,
+        "seconds": seconds,
+        "sources": sources,
+        "scope": sorted(scope),
+    }
 
 
 def _nvml_energy_mj(index: int) -> int | None:

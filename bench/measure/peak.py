@@ -88,8 +88,12 @@ def measure_alone(
     try:
         out = subprocess.run(
             [sys.executable, "-c", code, str(threads), precision, device],
-            capture_output=True, text=True, timeout=timeout, env=env, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            check=False,
+        )
     except subprocess.TimeoutExpired as exc:
         raise RuntimeError(f"the matmul peak took over {timeout:.0f}s") from exc
     if out.returncode != 0:

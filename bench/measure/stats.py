@@ -22,8 +22,8 @@ Ratios of two cells (`ratio`: efficiency, head-to-head, communication share) use
 Welch's t-interval on the difference of mean log throughputs, needing >= 3 runs
 on each side. tests/test_stats.py checks the coverage of both by simulation.
 `bench compare BASE NEW` calls a change significant with the same ratio interval.
-The percentile bootstrap (`bootstrap`) is kept only as the baseline the coverage
-test shows falling short at small n.
+The percentile bootstrap the coverage test shows falling short at small n lives
+with that test (tests/_stats_helpers.py).
 """
 
 from __future__ import annotations
@@ -31,9 +31,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Callable
 from statistics import NormalDist
-from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -41,7 +39,6 @@ from numpy.typing import ArrayLike
 CONFIDENCE = 0.95
 MIN_RUNS = 3  # fewer runs give no interval and no verdict
 TOO_FEW = "too few runs"
-DEFAULT_RESAMPLES = 5000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,11 +47,7 @@ class Estimate:
     low: float | None
     high: float | None
     n: int
-    method: str = "bootstrap"  # order-statistic | log-t | welch-log-t | bootstrap | too few runs
-
-    @property
-    def has_interval(self) -> bool:
-        return self.low is not None and self.high is not None
+    method: str  # order-statistic | log-t | welch-log-t | too few runs
 
     def interval(self, spec: str = ",.0f") -> str:
         """'[low, high] n=N', or 'too few runs (n=N)' where there is no interval."""
@@ -84,14 +77,6 @@ def order_rank(n: int, confidence: float = CONFIDENCE) -> int | None:
             break
         best = k
     return best
-
-
-def order_coverage(n: int, confidence: float = CONFIDENCE) -> float | None:
-    """Exact coverage of the order-statistic interval at n (None where there is none)."""
-    k = order_rank(n, confidence)
-    if k is None:
-        return None
-    return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2**n
 
 
 def median_interval(values: ArrayLike, confidence: float = CONFIDENCE) -> Estimate:
@@ -213,33 +198,3 @@ def relative_half_width(est: Estimate) -> float | None:
     if est.low is None or est.high is None or est.value == 0:
         return None
     return (est.high - est.low) / 2 / abs(est.value)
-
-
-# -- percentile bootstrap (large samples only) -------------------------------------------
-
-
-def bootstrap(
-    values: ArrayLike,
-    stat: Callable[..., Any] = np.median,
-    *,
-    confidence: float = 0.95,
-    resamples: int = DEFAULT_RESAMPLES,
-    seed: int = 0,
-) -> Estimate:
-    """`stat` of `values` with a percentile-bootstrap interval (None when n < 2)."""
-    arr = np.asarray(values, dtype=np.float64)
-    if arr.size == 0:
-        raise ValueError("no values to estimate from")
-    point = float(stat(arr))
-    if arr.size < 2:
-        return Estimate(point, None, None, int(arr.size))
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, arr.size, size=(resamples, arr.size))
-    samples = arr[idx]
-    try:  # numpy reductions take axis=: one vectorised call instead of a Python loop
-        stats = np.asarray(stat(samples, axis=1))
-    except TypeError:
-        stats = np.apply_along_axis(stat, 1, samples)
-    alpha = (1 - confidence) / 2
-    low, high = np.quantile(stats, [alpha, 1 - alpha])
-    return Estimate(point, float(low), float(high), int(arr.size))

@@ -323,8 +323,6 @@ REQUIREMENTS: dict[str, Required] = {
 }
 # Fields every record must have, whatever its status and kind.
 EVERY_RECORD = tuple(sorted(k for k, r in REQUIREMENTS.items() if "*" in r.statuses))
-STATUSES = tuple(s.value for s in Status)
-KINDS = tuple(k.value for k in Kind)
 
 
 def validate(record: Mapping[str, Any]) -> str | None:

@@ -453,7 +453,3 @@ class LoadedRecord(RunRecord, total=False):
     _source: str  # FILE:LINE
     _summary: bool
     step_time_quantiles: StepQuantiles
-
-
-# What `records.load` attaches; never written to a file.
-LOADER_FIELDS = frozenset({"_source", "_summary", "step_time_quantiles"})

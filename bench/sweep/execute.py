@@ -264,9 +264,13 @@ def run_cell(
     rec, _ = attempt_record(follower, labels["attempt"], outcome, launch.logs, failed)
     tput = rec.get("throughput")
     return CellResult(
-        cell, rec["status"], outcome.seconds, log_dir, rec.get("error"),
+        cell,
+        rec["status"],
+        outcome.seconds,
+        log_dir,
+        rec.get("error"),
         float(tput) if isinstance(tput, int | float) else None,
-    )  # fmt: skip
+    )
 
 
 def _supervise(
@@ -332,6 +336,26 @@ class _Progress:
     def say(self, text: str, end: str = "\n") -> None:
         print(text, end=end, file=self.out, flush=True)
 
+    def plan(
+        self,
+        n_cells: int,
+        todo: Sequence[Cell],
+        run_dir: Path,
+        unavailable: dict[engines.Engine, str],
+    ) -> None:
+        """What the sweep will do: how many cells run, where their logs go, and which
+        engines' cells are recorded as unavailable instead of run."""
+        self.say(
+            f"bench run: {n_cells} cells ({n_cells - len(todo)} already recorded, skipped); "
+            f"logs in {run_dir}"
+        )
+        for engine, why in unavailable.items():
+            n = sum(c.engine is engine for c in todo)
+            self.say(
+                f"bench run: WARNING: engine {engine.value} is not installed here, so its {n} "
+                f"cells are recorded as unavailable and not run ({why})"
+            )
+
     def done(self, i: int, res: CellResult) -> None:
         if res.status == Status.UNAVAILABLE:
             self.say(f" {res.status}")
@@ -372,16 +396,7 @@ def run_sweep(
     sweep_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
     run_dir = (results if results.suffix != ".jsonl" else results.parent) / "runs" / sweep_id
     progress = _Progress(sys.stdout if out is None else out, len(todo))
-    progress.say(
-        f"bench run: {len(cells)} cells ({len(cells) - len(todo)} already recorded, skipped); "
-        f"logs in {run_dir}"
-    )
-    for engine, why in unavailable.items():
-        n = sum(c.engine is engine for c in todo)
-        progress.say(
-            f"bench run: WARNING: engine {engine.value} is not installed here, so its {n} "
-            f"cells are recorded as unavailable and not run ({why})"
-        )
+    progress.plan(len(cells), todo, run_dir, unavailable)
     if before_cells is not None and todo:
         before_cells()
     follower = summaries.follow(records.results_file(results))
@@ -393,9 +408,17 @@ def run_sweep(
             follower.new()  # past the record just written
         else:
             res = run_cell(
-                cell, i, results, run_dir, config.timeout, env_key, sweep_id, python,
-                config.engine_traces, follower,
-            )  # fmt: skip
+                cell,
+                i,
+                results,
+                run_dir,
+                config.timeout,
+                env_key,
+                sweep_id,
+                python,
+                config.engine_traces,
+                follower,
+            )
         outcomes.append(res)
         progress.done(i, res)
         if on_cell:

@@ -86,9 +86,16 @@ class Tuner:
     def launch(self, cell: Cell, labels: dict[str, Any]) -> CellResult:
         self.runs += 1
         run_dir = self.results / "runs" / f"tune-{self.tune_id}"
-        res = run_cell(cell, self.runs, self.results, run_dir, self.config.timeout,
-                       environment_key(), f"tune-{self.tune_id}",
-                       extra_labels={"tune": self.tune_id, **labels})  # fmt: skip
+        res = run_cell(
+            cell,
+            self.runs,
+            self.results,
+            run_dir,
+            self.config.timeout,
+            environment_key(),
+            f"tune-{self.tune_id}",
+            extra_labels={"tune": self.tune_id, **labels},
+        )
         self.run_s.append(res.seconds)
         return res
 
@@ -116,11 +123,15 @@ def halve(t: Tuner, engine: Engine, until_s: float) -> tuple[dict[str, Any], int
             return (default if rung == 0 else alive[0]), trials
         scores = []
         for knobs in alive:
-            res = t.launch(t.cell(engine, knobs, steps, rung, trial=True),
-                           {"tuning": "trial", "rung": rung, "knobs": knobs_text(knobs)})  # fmt: skip
+            res = t.launch(
+                t.cell(engine, knobs, steps, rung, trial=True),
+                {"tuning": "trial", "rung": rung, "knobs": knobs_text(knobs)},
+            )
             trials += 1
-            t.say(f"  {engine.value} rung {rung} ({steps} steps) {knobs_text(knobs)}: "
-                  + (f"{res.throughput:,.0f} samples/s" if res.throughput else str(res.status)))  # fmt: skip
+            t.say(
+                f"  {engine.value} rung {rung} ({steps} steps) {knobs_text(knobs)}: "
+                + (f"{res.throughput:,.0f} samples/s" if res.throughput else str(res.status))
+            )
             if res.throughput is not None:
                 scores.append((res.throughput, knobs))
         if not scores:
@@ -161,7 +172,9 @@ def tune(t: Tuner, engines: Sequence[Engine]) -> list[Found]:
         engine, default = item.engine, default_knobs(item.engine, t.base)
         for repeat in range(t.repeats):  # alternated, so drift hits both alike
             for role, knobs in (("default", default), ("tuned", item.tuned)):
-                res = t.launch(t.cell(engine, knobs, t.base.max_steps, repeat),
-                               {"tuning": role, "knobs": knobs_text(knobs)})  # fmt: skip
+                res = t.launch(
+                    t.cell(engine, knobs, t.base.max_steps, repeat),
+                    {"tuning": role, "knobs": knobs_text(knobs)},
+                )
                 t.say(f"  fresh {engine.value} {role} ({knobs_text(knobs)}): {res.status}")
     return out

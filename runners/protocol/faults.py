@@ -32,8 +32,14 @@ from bench.core.errors import InputError
 from runners.adapters.base import EngineAdapter
 
 VARIABLE = "BENCH_TEST_FAULT"
-KINDS = {"stall": ("rank", "step"), "kill": ("rank", "step"), "exit": ("rank", "step"),
-         "delay": ("rank", "ms"), "slow_input": ("rank", "ms"), "abort": ("rank",)}  # fmt: skip
+KINDS = {
+    "stall": ("rank", "step"),
+    "kill": ("rank", "step"),
+    "exit": ("rank", "step"),
+    "delay": ("rank", "ms"),
+    "slow_input": ("rank", "ms"),
+    "abort": ("rank",),
+}
 
 
 @dataclasses.dataclass(frozen=True)

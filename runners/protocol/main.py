@@ -183,9 +183,13 @@ def main(engine: Engine, argv: Sequence[str] | None = None) -> int:
 def _new_record(engine: Engine, adapter: EngineAdapter, given: _Inputs) -> RunRecord:
     labels = given.labels
     record = records.new_record(
-        given.spec.to_dict(), engine.value, adapter.world_size, labels, launcher(engine),
+        given.spec.to_dict(),
+        engine.value,
+        adapter.world_size,
+        labels,
+        launcher(engine),
         link=netns.link_for(labels),
-    )  # fmt: skip
+    )
     record["threads"] = {"frameworks_before_thread_env": given.loaded_early}
     record.update(machine.oversubscription(adapter.local_world_size, given.spec.threads))  # type: ignore[typeddict-item]
     if given.fault is not None:

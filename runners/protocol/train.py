@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -171,7 +172,7 @@ def finish(run: Run, trace_to: TraceTo | None = None) -> Result:
     """The trained result, then measurement-only windows until throughput is steady
     (`measure_until_steady`), then the profiled and traced steps, then what every rank
     measured, gathered."""
-    adapter, dataset, spec, measure = run.adapter, run.dataset, run.adapter.spec, run.measure
+    adapter, spec, measure = run.adapter, run.adapter.spec, run.measure
     world = adapter.world_size
     per = spec.per_worker_batch(world)
     # The trained result, before any measurement-only steps change the weights.
@@ -179,11 +180,49 @@ def finish(run: Run, trace_to: TraceTo | None = None) -> Result:
     final_fps = gather_str(adapter, models.weights_fingerprint(final_state))
     train_wall = time.perf_counter() - run.wall0
 
-    # measurement windows draw the data of the epochs after training, a window at a time
+    next_chunk = _after_training_windows(run)
+    steady = measure_until_steady(
+        adapter, measure, per * world, run.timed, run.window_s, run.window_n, next_chunk
+    )
+    busy1 = contention.snapshot(run.root)
+    spent = run.meter.stop() if run.meter is not None else []
+
+    busy = (time.process_time() - run.cpu0) / max(time.perf_counter() - run.wall0, 1e-9)
+    breakdown, kept = _after_timed(run, next_chunk, trace_to)
+    usage = _gather_usage(run, busy)
+    step_times = adapter.allgather(np.asarray(run.timed, dtype=np.float64))  # [world, n_timed]
+    order_fps = gather_str(adapter, run.order_hash.hexdigest()[:16])
+    hosts = gather_str(adapter, socket.gethostname())
+    loads = gather_json(adapter, contention.summarise(run.busy0, busy1))
+    starts = gather_json(adapter, startup.CLOCK.snapshot())
+    energies = gather_json(adapter, spent, width=4096)
+    adapter.barrier()
+    return Result(
+        final_state,
+        final_fps,
+        train_wall,
+        steady,
+        usage,
+        step_times,
+        order_fps,
+        hosts,
+        loads,
+        starts,
+        energies,
+        breakdown,
+        kept,
+    )
+
+
+def _after_training_windows(run: Run) -> Callable[[], list[tuple[Any, float]]]:
+    """The batches of the measurement-only windows, one window's at each call: the data
+    of the epochs after training, each in its own order, at training's last learning
+    rate."""
+    adapter, dataset, spec, measure = run.adapter, run.dataset, run.adapter.spec, run.measure
     spe = run.spe
     extra_epoch, extra_pos = spec.epochs, spe
     extra_order = np.zeros(0, dtype=np.int64)
-    last_lr = spec.lr_at(run.total - 1, spe, world, run.total)
+    last_lr = spec.lr_at(run.total - 1, spe, adapter.world_size, run.total)
 
     def next_chunk() -> list[tuple[Any, float]]:
         nonlocal extra_epoch, extra_pos, extra_order
@@ -194,15 +233,12 @@ def finish(run: Run, trace_to: TraceTo | None = None) -> Result:
         extra_pos = span.stop
         return [(b, last_lr) for b in run.batches(extra_epoch - 1, extra_order, span, False)]
 
-    steady = measure_until_steady(
-        adapter, measure, per * world, run.timed, run.window_s, run.window_n, next_chunk
-    )
-    busy1 = contention.snapshot(run.root)
-    spent = run.meter.stop() if run.meter is not None else []
+    return next_chunk
 
-    busy = (time.process_time() - run.cpu0) / max(time.perf_counter() - run.wall0, 1e-9)
-    breakdown, kept = _after_timed(run, next_chunk, trace_to)
-    usage = adapter.allgather(
+
+def _gather_usage(run: Run, busy: float) -> np.ndarray:
+    """Every rank's resource use, one row each (the columns of `Result.usage`)."""
+    return run.adapter.allgather(
         np.asarray(
             [
                 peak_rss_mb(),
@@ -215,17 +251,6 @@ def finish(run: Run, trace_to: TraceTo | None = None) -> Result:
             dtype=np.float64,
         )
     )
-    step_times = adapter.allgather(np.asarray(run.timed, dtype=np.float64))  # [world, n_timed]
-    order_fps = gather_str(adapter, run.order_hash.hexdigest()[:16])
-    hosts = gather_str(adapter, socket.gethostname())
-    loads = gather_json(adapter, contention.summarise(run.busy0, busy1))
-    starts = gather_json(adapter, startup.CLOCK.snapshot())
-    energies = gather_json(adapter, spent, width=4096)
-    adapter.barrier()
-    return Result(
-        final_state, final_fps, train_wall, steady, usage, step_times, order_fps, hosts, loads,
-        starts, energies, breakdown, kept,
-    )  # fmt: skip
 
 
 def _after_timed(

@@ -29,7 +29,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 import models
 from bench import records
-from bench.analysis import compare as report
+from bench.analysis import compare
 from bench.contract import data
 from bench.contract.spec import RunSpec
 from bench.core import machine as env
@@ -168,6 +168,6 @@ def test_compare_records(benchmark: Any, many_records: Path) -> None:
     benchmark.extra_info.update(
         {"engine": "-", "model": "-", "records": RECORDS, "versions": env.library_versions()}
     )
-    comps = benchmark(report.compare, recs)
+    comps = benchmark(compare.compare, recs)
     synced = sum(1 for r in recs if r["spec"]["grad_sync"])
     assert sum(int(c.sections["throughput"]["runs"].sum()) for c in comps) == synced

@@ -22,8 +22,7 @@ from typing import Any
 import numpy as np
 
 import models
-from bench.analysis import figures
-from bench.analysis import frame as runs
+from bench.analysis import figures, frame
 from bench.analysis.predict.model import (
     Fit,
     Layout,
@@ -167,7 +166,11 @@ class Sample:
 
     def held_fixed(self) -> list[str]:
         """The inputs with a single unit: the interval cannot include their spread."""
-        held = [f"{name} (1 run)" for name, v in (("synced step", self.sync), ("compute step", self.compute)) if len(v) == 1]  # fmt: skip
+        held = [
+            f"{name} (1 run)"
+            for name, v in (("synced step", self.sync), ("compute step", self.compute))
+            if len(v) == 1
+        ]
         held += [
             f"collectives at {n} workers (1 record)"
             for n, cs in self.by_workers().items()
@@ -229,7 +232,7 @@ def samples(
     recs = list(recs)
     groups = _groups(_train(recs, engines, models_, fit_link_bps))
     singles = {k[:2]: g["single"] for k, g in groups.items() if g["single"]}
-    colls = runs.finished(recs, Kind.COLLECTIVE)
+    colls = frame.finished(recs, Kind.COLLECTIVE)
     out = []
     for key, g in sorted(groups.items(), key=lambda kv: str(kv[0])):
         if key[3] > 1 and g["sync"] and fit_workers in (None, key[3]):
@@ -247,7 +250,7 @@ def _train(
 ) -> list[LoadedRecord]:
     return [
         r
-        for r in runs.finished(recs)
+        for r in frame.finished(recs)
         if (not engines or r.get("engine") in engines)
         and (not models_ or (r.get("spec") or {}).get("model") in models_)
         and (link_bps is None or rate_of(r) == link_bps)
@@ -280,10 +283,18 @@ def measured(
         if steps:
             first = g["sync"][0]
             spec = first["spec"]
-            out.append(Measured(variant, str(spec.get("model", "?")), {**spec, "grad_sync": True},
-                                workers, rate,
-                                int(first.get("per_worker_batch") or spec["batch_size"]), steps,
-                                burst_of(first)))  # fmt: skip
+            out.append(
+                Measured(
+                    variant,
+                    str(spec.get("model", "?")),
+                    {**spec, "grad_sync": True},
+                    workers,
+                    rate,
+                    int(first.get("per_worker_batch") or spec["batch_size"]),
+                    steps,
+                    burst_of(first),
+                )
+            )
     return out
 
 
@@ -294,7 +305,7 @@ def _groups(train: Iterable[LoadedRecord]) -> dict[tuple[Any, ...], _Group]:
     )
     for r in train:
         spec = r.get("spec") or {}
-        key = (runs.variant(r), spec_key(spec), rate_of(r))
+        key = (frame.variant(r), spec_key(spec), rate_of(r))
         if r.get("world_size", 1) == 1:
             groups[(*key, 1)]["single"].append(r)
         else:
@@ -328,16 +339,15 @@ def _sample(
     spec, engine = first["spec"], first["engine"]
     model = spec.get("model", "?")
     where = f"{variant}/{model} at {workers} workers" + (f" over {rate:,} bit/s" if rate else "")
-    # a 1-worker run under strong scaling trained the whole global batch: not this compute
-    strong = spec.get("scaling") == "strong"
-    compute_recs = g["compute"] or ([] if strong else singles)
+    compute_recs = _compute_runs(g, singles, spec)
     if not compute_recs:
-        notes.append(f"{where}: no compute-only step time (the grad_sync=false twin or a 1-worker run); run bench run without --no-comm-cost")  # fmt: skip
+        notes.append(
+            f"{where}: no compute-only step time (the grad_sync=false twin or a 1-worker "
+            "run); run bench run without --no-comm-cost"
+        )
         return None
-    costs = _costs(colls, engine, rate, notes)
-    if workers not in {c.workers for c in costs}:
-        link = f" --emulate-link {rate}bit" if rate else ""
-        notes.append(f"{where}: no bench collectives record on the same link and worker count; run bench collectives{link} --engines {engine} --workers {workers}")  # fmt: skip
+    costs = _costs_at(colls, engine, rate, workers, notes, where)
+    if costs is None:
         return None
     grad = _grad_bytes(first, model)
     if not grad:
@@ -373,6 +383,38 @@ def _sample(
         compute_machine=compute_machine,
         run_ids=[r["run_id"] for r in (*g["sync"], *compute_recs)],
     )
+
+
+def _compute_runs(
+    g: _Group, singles: list[LoadedRecord], spec: Mapping[str, Any]
+) -> list[LoadedRecord]:
+    """The runs whose step is this group's compute-only step: its grad_sync=false twins,
+    else its spec's 1-worker runs, except under strong scaling, where a 1-worker run
+    trained the whole global batch."""
+    strong = spec.get("scaling") == "strong"
+    return g["compute"] or ([] if strong else singles)
+
+
+def _costs_at(
+    colls: Sequence[LoadedRecord],
+    engine: str,
+    rate: int | None,
+    workers: int,
+    notes: list[str],
+    where: str,
+) -> list[RecordCost] | None:
+    """The engine's collective costs on this link (`_costs`), or None, with the bench
+    collectives command that would measure them in `notes`, when none was measured at
+    this worker count."""
+    costs = _costs(colls, engine, rate, notes)
+    if workers in {c.workers for c in costs}:
+        return costs
+    link = f" --emulate-link {rate}bit" if rate else ""
+    notes.append(
+        f"{where}: no bench collectives record on the same link and worker count; "
+        f"run bench collectives{link} --engines {engine} --workers {workers}"
+    )
+    return None
 
 
 def _grad_bytes(rec: RunRecord, model: str) -> float | None:
