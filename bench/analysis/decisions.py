@@ -72,19 +72,38 @@ def pairs(ok: pd.DataFrame) -> list[Pair]:
     return out
 
 
+class Sides:
+    """Each cell's Side, made once from one comparison's ok launches (a pair's cells are
+    shared with other pairs, and compare reads many records)."""
+
+    def __init__(self, ok: pd.DataFrame) -> None:
+        self._tput = dict(zip(ok.index, ok["throughput"].astype(float), strict=True))
+        self._launch = dict(zip(ok.index, ok["launch_s"], strict=True))
+        self._made: dict[tuple[int, ...], Side] = {}
+
+    def __call__(self, rows: tuple[int, ...]) -> Side:
+        if rows not in self._made:
+            launch = [self._launch[i] for i in rows]
+            costs = [float(s) for s in launch if isinstance(s, int | float) and s > 0]
+            self._made[rows] = Side(
+                tuple(math.log(self._tput[i]) for i in rows),
+                float(np.median(costs)) if costs else DEFAULT_LAUNCH_S,
+            )
+        return self._made[rows]
+
+
 def side(ok: pd.DataFrame, rows: tuple[int, ...]) -> Side:
-    cell = ok.loc[list(rows)]
-    tput = [float(t) for t in cell["throughput"]]
-    launch = [float(s) for s in cell["launch_s"] if isinstance(s, int | float) and s > 0]
-    return Side(
-        tuple(math.log(t) for t in tput), float(np.median(launch)) if launch else DEFAULT_LAUNCH_S
-    )
+    return Sides(ok.loc[list(rows)])(rows)
 
 
-def decide(ok: pd.DataFrame, pair: Pair, precision: float) -> sequential.Decision:
-    a, b = side(ok, pair.a_rows), side(ok, pair.b_rows)
+def decide(
+    ok: pd.DataFrame, pair: Pair, precision: float, sides: Sides | None = None
+) -> sequential.Decision:
+    made = sides or Sides(ok)
+    a, b = made(pair.a_rows), made(pair.b_rows)
     # record order is launch order: the frame keeps the order records were appended
-    order = ["a" if i in set(pair.a_rows) else "b" for i in sorted({*pair.a_rows, *pair.b_rows})]
+    on_a = set(pair.a_rows)
+    order = ["a" if i in on_a else "b" for i in sorted({*pair.a_rows, *pair.b_rows})]
     return sequential.decide(a, b, order, precision, pair.scale)
 
 
@@ -104,9 +123,10 @@ def rows(ok: pd.DataFrame, precision: float) -> pd.DataFrame:
     side it would need at the measured variances."""
     out: list[dict[str, Any]] = []
     ok = usable(ok)
+    sides = Sides(ok)
     for pair in pairs(ok):
-        d = decide(ok, pair, precision)
-        a, b = side(ok, pair.a_rows), side(ok, pair.b_rows)
+        d = decide(ok, pair, precision, sides)
+        a, b = sides(pair.a_rows), sides(pair.b_rows)
         minutes = sum(s.launch_s * s.n for s in (a, b)) / 60
         more: Any = "-"
         if d.outcome == UNDECIDED and min(a.n, b.n) < sequential.MIN_SIDE:

@@ -26,6 +26,7 @@ Per cell (the frame rows of one engine at one worker count, medians over runs):
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -57,6 +58,7 @@ def base_engine(variant: str) -> str:
     return variant.split("[")[0].split("@")[0].split("/")[0].split("~")[0]
 
 
+@functools.lru_cache(maxsize=256)  # a registry fact per (engine, world): asked per record
 def comm_threads(engine: str, world: int) -> int:
     """Threads per worker the engine keeps busy beside compute while it communicates
     (registry `comm_threads`); none in a 1-worker run, which has no collectives."""

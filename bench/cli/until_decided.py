@@ -86,13 +86,14 @@ def choose(
     chosen, decided, total = [], 0, 0
     for _, gdf in ok.groupby("model", sort=True):
         best: tuple[float, Choice] | None = None
+        sides = decisions.Sides(decisions.usable(gdf))
         for pair in decisions.pairs(gdf):
             total += 1
-            d = decisions.decide(gdf, pair, precision)
+            d = decisions.decide(gdf, pair, precision, sides)
             if d.outcome != sequential.UNDECIDED:
                 decided += 1
                 continue
-            a, b = decisions.side(gdf, pair.a_rows), decisions.side(gdf, pair.b_rows)
+            a, b = sides(pair.a_rows), sides(pair.b_rows)
             need = sequential.more_launches(a, b, precision, pair.scale)
             if need is None:
                 continue
