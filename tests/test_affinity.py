@@ -13,6 +13,7 @@ import pytest
 from bench import records
 from bench.analysis.frame import frame
 from runners.protocol.affinity import share
+from tests.test_sequential import short_run
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -56,31 +57,15 @@ def test_threads_started_before_and_after_pinning_run_on_the_share() -> None:
 
 @pytest.mark.distributed
 def test_every_engine_records_its_workers_cores_and_compares_as_a_variant(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench",
-            "run",
-            "--workers",
-            "2",
-            "--models",
-            "mlp",
-            "--epochs",
-            "1",
-            "--max-steps",
-            "15",
-            "--repeats",
-            "1",
-            "--no-comm-cost",
-            "--pin-cores",
-            "--results",
-            str(tmp_path),
-            "--no-compare",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    proc = short_run(
+        tmp_path,
+        "--workers",
+        "2",
+        "--max-steps",
+        "15",
+        "--repeats",
+        "1",
+        "--pin-cores",
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

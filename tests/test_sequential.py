@@ -25,6 +25,31 @@ from bench.records import LoadedRecord
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def short_run(tmp_path: Path, *flags: str, timeout: int) -> subprocess.CompletedProcess[str]:
+    """`bench run` of short mlp runs (one epoch, no twins) into `tmp_path`, with `flags`."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "run",
+            "--models",
+            "mlp",
+            "--epochs",
+            "1",
+            "--no-comm-cost",
+            "--results",
+            str(tmp_path),
+            "--no-compare",
+            *flags,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def _side(values: list[float], launch_s: float = 1.0) -> sq.Side:
     return sq.Side(tuple(math.log(v) for v in values), launch_s)
 
@@ -259,34 +284,18 @@ def test_a_real_run_adds_launches_until_decided_and_compare_agrees(tmp_path: Pat
     a side, then one launch a round, exactly those the loop names, until the pair is
     decided or no look could. (On a quiet machine the first look may already decide: the
     rounds are then none; `test_an_undecided_pair_gets_its_next_launch` covers them.)"""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench",
-            "run",
-            "--engines",
-            "ddp,paddle",
-            "--workers",
-            "1",
-            "--models",
-            "mlp",
-            "--epochs",
-            "1",
-            "--max-steps",
-            "20",
-            "--no-comm-cost",
-            "--decide-at",
-            "10%",
-            "--budget",
-            "4m",
-            "--results",
-            str(tmp_path),
-            "--no-compare",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    proc = short_run(
+        tmp_path,
+        "--engines",
+        "ddp,paddle",
+        "--workers",
+        "1",
+        "--max-steps",
+        "20",
+        "--decide-at",
+        "10%",
+        "--budget",
+        "4m",
         timeout=400,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -380,35 +389,19 @@ def test_the_sides_of_an_aa_experiment_read_as_two_engines() -> None:
 def test_a_real_aa_experiment_is_decided_by_the_same_loop(tmp_path: Path) -> None:
     """One engine under two names: the loop treats A and B as two engines, and whatever
     it concludes, 'different' would be an error (the simulation bounds it by 5%)."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench",
-            "run",
-            "--aa",
-            "--engines",
-            "ddp",
-            "--workers",
-            "1",
-            "--models",
-            "mlp",
-            "--epochs",
-            "1",
-            "--max-steps",
-            "20",
-            "--no-comm-cost",
-            "--decide-at",
-            "10%",
-            "--budget",
-            "75s",
-            "--results",
-            str(tmp_path),
-            "--no-compare",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    proc = short_run(
+        tmp_path,
+        "--aa",
+        "--engines",
+        "ddp",
+        "--workers",
+        "1",
+        "--max-steps",
+        "20",
+        "--decide-at",
+        "10%",
+        "--budget",
+        "75s",
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
