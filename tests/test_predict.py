@@ -35,7 +35,7 @@ SYNC = 0.013  # 3 ms of the step is exposed communication
 
 
 def _train(world: int, step_s: float, *, sync: bool = True, rate: int | None = RATE0, windows: int = 5,
-           spread: float = 0.0, worker_cores: float | None = None, burst: int | None = None,
+           spread: float = 0.0, worker_cores: float | None = None, earlier_link: bool = False,
            **spec: Any) -> LoadedRecord:  # fmt: skip
     per = 32
     steps = step_s * (1 + spread * np.linspace(-1, 1, windows))
@@ -70,9 +70,7 @@ def _train(world: int, step_s: float, *, sync: bool = True, rate: int | None = R
         },
     }
     if rate:
-        rec["link"] = {"rate_bps": rate, "emulated": True, "qdisc": "tbf"}
-    if burst is not None:
-        rec["link"]["burst_bytes"] = burst
+        rec["link"] = _link(rate, earlier=earlier_link)
     if worker_cores is not None:
         # as a run bench launched records it: every rank reports the whole run's cores
         # on its machine (here all `world` workers: one machine, or namespaces of one)
@@ -94,8 +92,16 @@ def _collective(rate: int | None = RATE0, busbw: float = BUSBW, world: int = 2, 
         "results": [{"bytes": s, "latency_s": latency + s * factor / busbw} for s in sizes],
     }
     if rate:
-        rec["link"] = {"rate_bps": rate, "emulated": True, "qdisc": "tbf"}
+        rec["link"] = _link(rate)
     return cast(LoadedRecord, rec)
+
+
+def _link(rate: int, *, earlier: bool = False) -> dict[str, Any]:
+    """An emulated link as bench/launch/netns.py records it; `earlier`: as the shaping
+    before the MTU was recorded did (a 67,584-byte bucket at line speed, no `mtu`)."""
+    if earlier:
+        return {"rate_bps": rate, "emulated": True, "qdisc": "tbf", "burst_bytes": 67_584}
+    return {"rate_bps": rate, "emulated": True, "qdisc": "tbf", "burst_bytes": 8028, "mtu": 4000}
 
 
 def _measured(**kw: Any) -> list[LoadedRecord]:
@@ -305,45 +311,43 @@ def test_a_records_cores_are_the_whole_runs_shared_by_its_workers() -> None:
     assert cpu(damaged, 0.0045) is None
 
 
-def test_an_emulated_links_token_bucket_passes_a_small_gradient_at_line_speed() -> None:
-    # tc tbf passes `burst` bytes at line speed before its rate applies; mlp's gradient
-    # (437,544 B, sent once each way by 2 ring workers) is cut by a 400,000-byte bucket
-    # to 37,544 B at the rate, and a 500,000-byte bucket leaves only the latency
-    burst = 400_000
-    recs = [
-        _train(2, SYNC, burst=burst),
-        _train(2, COMPUTE, sync=False, burst=burst),
-        _collective(),
-    ]
+def test_an_emulated_link_costs_a_gradient_its_bytes_at_the_rate_like_a_wire() -> None:
+    # the emulation serialises every frame at its rate (a bucket of two frames), so the
+    # model gives the whole gradient the bus bandwidth, whatever bucket the record names
+    recs = [_train(2, SYNC), _train(2, COMPUTE, sync=False), _collective()]
     (sample,) = predict.samples(recs)
     fit = sample.fit()
-    assert fit.link.burst_bytes == burst
-    # only tc tbf has a bucket, and only a number is one
-    burst_of = predict.inputs.burst_of
-    assert burst_of(cast(LoadedRecord, {"link": {"qdisc": "htb", "burst_bytes": 9}})) == 0
-    assert burst_of(cast(LoadedRecord, {"link": {"qdisc": "tbf", "burst_bytes": True}})) == 0
-    assert burst_of(cast(LoadedRecord, {"link": {"qdisc": "tbf"}})) == 0
-    assert fit.comm_s == pytest.approx((GRAD - burst) / BUSBW + ALPHA)
-    # the fitted link keeps its bucket; a real link of another rate has none ...
+    assert fit.comm_s == pytest.approx(GRAD / BUSBW + ALPHA)
     assert predict.Target()._comm_s(fit, 2)[0] == pytest.approx(fit.comm_s)
-    real = predict.Target(link_rate_bps=2 * RATE0)
-    assert real._comm_s(fit, 2)[0] == pytest.approx(GRAD / (2 * BUSBW) + ALPHA)
-    # ... and an emulated one has its own, as --check reads it from the runs
-    emulated = predict.Target(link_rate_bps=2 * RATE0, burst_bytes=500_000)
-    assert emulated._comm_s(fit, 2)[0] == pytest.approx(ALPHA)
-    # --link at the fitted rate still means a real link: no bucket
-    same_rate = predict.Target(link_rate_bps=RATE0)
-    assert same_rate._comm_s(fit, 2)[0] == pytest.approx(GRAD / BUSBW + ALPHA)
-    checked = [_train(2, 0.011, rate=2 * RATE0, burst=500_000)]
-    (cell,) = [m for m in predict.inputs.measured(recs + checked) if m.link_rate_bps == 2 * RATE0]
-    assert cell.burst_bytes == 500_000
-    # --check predicts that cell with its own bucket: compute, the latency, and the
-    # fit's unexplained extra
+    faster = predict.Target(link_rate_bps=2 * RATE0)
+    assert faster._comm_s(fit, 2)[0] == pytest.approx(GRAD / (2 * BUSBW) + ALPHA)
+    # --check predicts a faster emulated link's cell with the same rule
+    checked = [_train(2, 0.011, rate=2 * RATE0)]
     df, _ = predict.check(recs + checked, RATE0, draws=10)
     (row,) = df.to_dict("records")
-    assert row["predicted samples/s"] == pytest.approx(2 * 32 / (COMPUTE + ALPHA + fit.extra_s))
-    # the exposed 3 ms is then more than the modelled communication: hidden nothing
-    assert fit.hidden_s == 0 and fit.extra_s == pytest.approx(SYNC - COMPUTE - fit.comm_s)
+    step = faster.step_s(fit, 2)
+    assert row["predicted samples/s"] == pytest.approx(2 * 32 / step)
+
+
+def test_runs_over_the_earlier_link_emulation_are_left_out_saying_so() -> None:
+    # its 67 KB bucket let mlp's gradient through at line speed: no link behaves so,
+    # and a fit on it would predict any real link too fast
+    earlier = [
+        _train(2, SYNC, earlier_link=True),
+        _train(2, COMPUTE, sync=False, earlier_link=True),
+    ]
+    notes: list[str] = []
+    assert predict.samples([*earlier, _collective()], notes=notes) == []
+    (note,) = [n for n in notes if "earlier link emulation" in n]
+    assert note.startswith("2 runs") and "bench run --emulate-link" in note
+    assert predict.inputs.measured(earlier) == []
+    # the same runs over the current emulation fit, with no such note
+    notes = []
+    assert len(predict.samples(_measured(), notes=notes)) == 1
+    assert not any("earlier" in n for n in notes)
+    # a link that is not tc tbf (a real one, or htb) never counts as the earlier one
+    assert not predict.inputs.earlier_emulation(cast(LoadedRecord, {"link": {"qdisc": "htb"}}))
+    assert not predict.inputs.earlier_emulation(cast(LoadedRecord, {}))
 
 
 def test_cpu_taken_by_communication_stays_on_a_faster_link_and_vanishes_on_free_cores() -> None:

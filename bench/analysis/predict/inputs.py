@@ -87,14 +87,25 @@ def run_cpu_s(rec: RunRecord, step_s: float) -> float | None:
     return float(np.mean(per_worker)) * step_s
 
 
-def burst_of(rec: RunRecord) -> float:
-    """The bytes the run's emulated link passed at line speed before its rate applied
-    (the token bucket of tc tbf: bench/launch/netns.py); 0 on a real link."""
+def earlier_emulation(rec: RunRecord) -> bool:
+    """The run crossed the link emulation made before each end's MTU was recorded: a tc
+    tbf bucket of 66 KB or more that passed a small model's whole gradient at line
+    speed, so its communication was not the link's (bench/launch/netns.py)."""
     link = rec.get("link")
-    if not isinstance(link, dict) or link.get("qdisc") != "tbf":
-        return 0.0
-    burst = link.get("burst_bytes")
-    return float(burst) if isinstance(burst, int | float) and not isinstance(burst, bool) else 0.0
+    return isinstance(link, dict) and link.get("qdisc") == "tbf" and "mtu" not in link
+
+
+def over_links(recs: Iterable[LoadedRecord], notes: list[str] | None = None) -> list[LoadedRecord]:
+    """`recs` without the runs over the earlier link emulation, saying how many in `notes`."""
+    recs = list(recs)
+    kept = [r for r in recs if not earlier_emulation(r)]
+    if notes is not None and len(kept) < len(recs):
+        notes.append(
+            f"{len(recs) - len(kept)} runs over the earlier link emulation left out: its "
+            "token bucket passed a small model's gradient at line speed, faster than a "
+            "link of that rate; measure them again with bench run --emulate-link"
+        )
+    return kept
 
 
 def rate_of(rec: RunRecord) -> int | None:
@@ -144,7 +155,6 @@ class Sample:
     spec: dict[str, Any]
     workers: int
     link_rate_bps: int | None
-    burst_bytes: float  # the link's token bucket (tc tbf); 0 on a real link
     per_worker_batch: int
     grad_bytes: float
     bucket_bytes: float
@@ -202,7 +212,7 @@ class Sample:
             compute_s=_mean(self.compute, rng, log=True),
             sync_s=_mean(self.sync, rng, log=True),
             comm_cpu_s=cpu,
-            link=LinkCost(split, bw, self.link_rate_bps, self.burst_bytes),
+            link=LinkCost(split, bw, self.link_rate_bps),
             machine=self.machine,
             hosts=self.hosts,
             compute_machine=self.compute_machine,
@@ -229,7 +239,7 @@ def samples(
     records are left out, with the reason appended to `notes`.
     """
     notes = notes if notes is not None else []
-    recs = list(recs)
+    recs = over_links(recs, notes)
     groups = _groups(_train(recs, engines, models_, fit_link_bps))
     singles = {k[:2]: g["single"] for k, g in groups.items() if g["single"]}
     colls = frame.finished(recs, Kind.COLLECTIVE)
@@ -269,7 +279,6 @@ class Measured:
     link_rate_bps: int | None
     per_worker_batch: int
     sync: list[float]  # step seconds, one per run
-    burst_bytes: float = 0.0  # the link's token bucket (tc tbf)
 
 
 def measured(
@@ -277,7 +286,7 @@ def measured(
 ) -> list[Measured]:
     """Every multi-worker synchronised cell's runs (what `--check` compares with)."""
     out = []
-    groups = _groups(_train(list(recs), engines, models_))
+    groups = _groups(_train(over_links(recs), engines, models_))
     for (variant, _, rate, workers), g in sorted(groups.items(), key=lambda kv: str(kv[0])):
         steps = _values(g["sync"])[0] if workers > 1 else []
         if steps:
@@ -292,7 +301,6 @@ def measured(
                     rate,
                     int(first.get("per_worker_batch") or spec["batch_size"]),
                     steps,
-                    burst_of(first),
                 )
             )
     return out
@@ -369,7 +377,6 @@ def _sample(
         spec={**spec, "grad_sync": True},
         workers=workers,
         link_rate_bps=rate,
-        burst_bytes=burst_of(first),
         per_worker_batch=int(first.get("per_worker_batch") or spec["batch_size"]),
         grad_bytes=grad,
         bucket_bytes=float(spec.get("bucket_mb") or 25.0) * 2**20,

@@ -122,10 +122,6 @@ class LinkCost:
     latency: LatencySplit
     busbw_bps: Mapping[int, float]  # measured worker count -> bytes/s
     rate_bps: int | None  # the emulated rate; None: the machine's own link
-    # bytes a step's all-reduce sends at line speed before the emulated rate applies: tc
-    # tbf's bucket, taken as full when a step begins (it refills at the rate, so the
-    # link must idle burst / rate a step: 1.1 ms at 500mbit); 0 on a real link
-    burst_bytes: float = 0.0
 
     def busbw_at(self, workers: int) -> float:
         """Bus bandwidth measured at the nearest worker count (ties: the larger)."""
@@ -140,18 +136,16 @@ class LinkCost:
         *,
         busbw_bps: float | None = None,
         hop_s: float | None = None,
-        burst_bytes: float | None = None,
     ) -> float:
-        """Seconds per step: the bytes past the link's bucket at bus bandwidth, plus
-        each message's latency. Where the bucket holds a step's bytes (a small model on
-        an emulated link) the rate never applies: only latency is left."""
+        """Seconds per step: the ring's bytes at bus bandwidth, plus each message's
+        latency. An emulated link serialises every frame at its rate, as a wire does
+        (bench/launch/netns.py), so no bytes cross for free."""
         if workers <= 1:
             return 0.0
         bw = self.busbw_at(workers) if busbw_bps is None else busbw_bps
         hop = self.latency.hop_s if hop_s is None else hop_s
-        burst = self.burst_bytes if burst_bytes is None else burst_bytes
         per_call = max(self.latency.fixed_s + 2 * (workers - 1) * hop, 0.0)
-        return max(ring_factor(workers) * grad_bytes - burst, 0.0) / bw + messages * per_call
+        return ring_factor(workers) * grad_bytes / bw + messages * per_call
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,10 +252,6 @@ class Target:
     """Where to predict: link, CPU layout, and inputs that replace measured ones."""
 
     link_rate_bps: int | None = None  # None: the fitted link
-    # the target link's token bucket (tc tbf) in bytes; None: the fit's on the fitted
-    # link, and 0 for any rate given (--link means a real link, even at the fitted
-    # rate; --check passes its runs' own bucket)
-    burst_bytes: float | None = None
     busbw_fraction: float | None = None  # busbw as a fraction of the link rate
     hop_latency_s: float | None = None
     compute_s: float | None = None  # per-worker compute-only step time the user supplies
@@ -315,15 +305,8 @@ class Target:
             workers,
             busbw_bps=self.busbw(fit, workers),
             hop_s=self.hop_latency_s,
-            burst_bytes=self.burst(fit),
         )
         return comm, grad
-
-    def burst(self, fit: Fit) -> float:
-        """The target link's token bucket in bytes."""
-        if self.burst_bytes is not None:
-            return self.burst_bytes
-        return fit.link.burst_bytes if self.link_rate_bps is None else 0.0
 
     def step_s(self, fit: Fit, workers: int, *, hide_all: bool = False) -> float:
         """Predicted step seconds; `hide_all`: the engine hides up to all of its compute.

@@ -270,8 +270,6 @@ def _inputs(p: Prediction) -> dict[str, Any]:
         "grad_given": t.grad_bytes is not None,
         "bucket_bytes": f.bucket_bytes,
         "busbw_bytes_per_s": t.busbw(f, p.workers),
-        "link_burst_bytes": t.burst(f),
-        "fit_link_burst_bytes": f.link.burst_bytes,
         "fixed_latency_s": f.link.latency.fixed_s,
         "hop_latency_s": f.link.latency.hop_s if t.hop_latency_s is None else t.hop_latency_s,
         "latency_split_measured": f.link.latency.identified,
@@ -437,7 +435,6 @@ def _check_row(s: Sample, m: Measured, point: Fit, drawn: Sequence[Fit]) -> dict
     target = Target(
         link_rate_bps=m.link_rate_bps,
         same_machine=s.machine != s.hosts,
-        burst_bytes=m.burst_bytes,
     )
     p = predict(point, target, m.workers, drawn)
     meas = m.workers * m.per_worker_batch / float(np.exp(np.mean(np.log(m.sync))))
