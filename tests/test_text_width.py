@@ -17,7 +17,7 @@ ROOT = Path(__file__).parent.parent
 REFERENCE = ROOT / "results" / "reference" / "cpu-2core-digits"
 GOLDEN = ROOT / "tests" / "data" / "golden.jsonl"
 # collectives on emulated links and the scaling model's predictions, beside a sweep
-PREDICT = ROOT / "results" / "reference" / "predict-check-2026-12-02"
+PREDICT = ROOT / "results" / "reference" / "predict-check-2026-12-03"
 
 
 @pytest.fixture(scope="module")
