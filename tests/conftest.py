@@ -7,7 +7,7 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -141,15 +141,22 @@ def quick_measure(args: Sequence[str]) -> list[str]:
     return _measure_args(args)
 
 
-def run_bench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """`bench ARGS...` from the repository root, output captured, no standard input;
-    `bench run` without extra timed windows (quick_measure)."""
+def run_bench(
+    *args: str,
+    timeout: float = 120,
+    env: Mapping[str, str] | None = None,
+    cwd: Path = ROOT,
+) -> subprocess.CompletedProcess[str]:
+    """`bench ARGS...`, output captured, no standard input; `bench run` without extra
+    timed windows (quick_measure). From the repository root in this environment unless
+    `cwd` or `env` (the whole environment, not additions) say otherwise."""
     return subprocess.run(
         [sys.executable, "-m", "bench", *quick_measure(args)],
         capture_output=True,
         text=True,
         timeout=timeout,
-        cwd=ROOT,
+        cwd=cwd,
+        env=None if env is None else dict(env),
         stdin=subprocess.DEVNULL,
     )
 

@@ -93,10 +93,6 @@ def test_strong_scaling_batch_that_does_not_divide(engine: Engine, tmp_path: Pat
     _no_ok_record(tmp_path)
 
 
-def _bench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return run_bench(*args, timeout=timeout)
-
-
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -115,7 +111,7 @@ def _bench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]
     ],
 )
 def test_sweep_refuses_before_launching(args: list[str], message: str, tmp_path: Path) -> None:
-    proc = _bench("run", "--results", str(tmp_path), *args)
+    proc = run_bench("run", "--results", str(tmp_path), *args)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in proc.stderr
     assert not (tmp_path / "runs").exists()  # nothing was launched
@@ -125,10 +121,10 @@ def test_sweep_refuses_before_launching(args: list[str], message: str, tmp_path:
 def test_sweep_config_with_unknown_key(tmp_path: Path) -> None:
     cfg = tmp_path / "sweep.toml"
     cfg.write_text('engines = ["ddp"]\nrepeat = 2\n[spec]\nmodel = "mlp"\n')
-    proc = _bench("run", "--config", str(cfg), "--results", str(tmp_path))
+    proc = run_bench("run", "--config", str(cfg), "--results", str(tmp_path))
     assert proc.returncode == 2 and "unknown sweep setting(s): repeat" in proc.stderr
     cfg.write_text('engines = ["ddp"]\n[spec]\nmodle = "mlp"\n')
-    proc = _bench("run", "--config", str(cfg), "--results", str(tmp_path))
+    proc = run_bench("run", "--config", str(cfg), "--results", str(tmp_path))
     assert proc.returncode == 2 and "unknown spec field(s): modle" in proc.stderr
 
 
@@ -204,10 +200,10 @@ def test_bench_run_refuses_single_model_and_dataset(
     args: list[str], message: str, tmp_path: Path
 ) -> None:
     """The runners' --model/--dataset would be overridden by the sweep's lists: refused."""
-    proc = _bench("run", *args, "--dry-run", "--results", str(tmp_path))
+    proc = run_bench("run", *args, "--dry-run", "--results", str(tmp_path))
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     cfg = tmp_path / "sweep.toml"
     cfg.write_text('engines = ["ddp"]\n[spec]\nmodel = "lenet"\n')
-    proc = _bench("run", "--config", str(cfg), "--dry-run", "--results", str(tmp_path))
+    proc = run_bench("run", "--config", str(cfg), "--dry-run", "--results", str(tmp_path))
     assert proc.returncode == 2
     assert 'set per cell by the sweep; write `models = ["lenet"]` at the top level' in proc.stderr

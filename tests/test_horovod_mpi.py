@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import os
-import subprocess
 from pathlib import Path
 from typing import Any, cast
 
@@ -36,10 +35,6 @@ needs_mpi = pytest.mark.skipif(
 
 COMMON = ["--models", "mlp", "--repeats", "1", "--no-comm-cost", "--no-compare"]
 COMMON += ["--max-steps", "24", "--epochs", "1", "--timeout", "240"]
-
-
-def _bench(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    return run_bench(*args, timeout=timeout)
 
 
 # --- without launching -----------------------------------------------------------------
@@ -135,7 +130,7 @@ def test_gloo_only_build_refuses_mpi_in_the_runner(tmp_path: Path, option: str) 
 
 @pytest.mark.skipif("mpi" in BUILT, reason="this Horovod has MPI: the refusal is for Gloo-only")
 def test_gloo_only_build_refuses_mpi_before_launch(tmp_path: Path) -> None:
-    proc = _bench(
+    proc = run_bench(
         "run", "--engines", "horovod", "--engine-option", "horovod:controller=mpi",
         *COMMON, "--results", str(tmp_path / "res"),
     )  # fmt: skip
@@ -174,7 +169,7 @@ def mpi_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ["--engines", "horovod", "--workers", "1,2", "--engine-option", "horovod:controller=mpi"],
         ["--engines", "horovod", "--workers", "2", "--engine-option", "horovod:adasum=true"],
     ):
-        proc = _bench("run", *argv, *COMMON, "--results", str(results))
+        proc = run_bench("run", *argv, *COMMON, "--results", str(results), timeout=900)
         assert proc.returncode == 0, proc.stdout + proc.stderr
     return results
 
@@ -213,7 +208,7 @@ def test_horovod_over_mpi_and_gloo_match_ddp(mpi_results: Path) -> None:
 @pytest.mark.distributed
 @needs_mpi
 def test_compare_shows_both_controllers_with_efficiency(mpi_results: Path) -> None:
-    proc = _bench("compare", str(mpi_results), "--format", "csv", timeout=300)
+    proc = run_bench("compare", str(mpi_results), "--format", "csv", timeout=300)
     assert proc.returncode == 0, proc.stderr
     table = pd.read_csv(io.StringIO(proc.stdout))
     for variant in ("horovod", "horovod[mpi]"):
@@ -239,7 +234,7 @@ def test_adasum_trains_over_mpi_next_to_averaging(mpi_results: Path) -> None:
     assert np.isfinite(a).all() and a[0] == pytest.approx(m[0])  # same start
     assert not np.allclose(a[1:], m[1:], rtol=1e-6)  # a different reduction really ran
     assert a[-1] < a[0]  # and it trains
-    out = _bench("compare", str(mpi_results), timeout=300).stdout
+    out = run_bench("compare", str(mpi_results), timeout=300).stdout
     assert "horovod[mpi][adasum=true]" in out and "train loss start/mid/end" in out, out
 
 

@@ -26,10 +26,6 @@ from tests.test_faults import _procs_with
 ENGINES = [Engine.HOROVOD, Engine.DDP, Engine.PADDLE]
 
 
-def _bench(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return run_bench(*args, timeout=timeout)
-
-
 def _one_line_error(proc: subprocess.CompletedProcess[str], message: str) -> None:
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
@@ -79,7 +75,7 @@ def test_diverging_run_is_recorded_diverged(engine: Engine, tmp_path: Path) -> N
     assert rec["step_losses"][at] is None and f"step_losses[{at}]" in rec["nonfinite_fields"]
     assert all(v is not None for v in rec["step_losses"][:at])
     assert f"at step {at}" in rec["error"]
-    shown = _bench("compare", str(tmp_path))
+    shown = run_bench("compare", str(tmp_path))
     assert shown.returncode == 0, shown.stderr
     assert f"diverged: {engine.value} np=2" in shown.stdout
 
@@ -130,7 +126,7 @@ def test_runner_refuses_nonfinite_settings(args: list[str], tmp_path: Path) -> N
 
 
 def test_sweep_refuses_infinite_bucket(tmp_path: Path) -> None:
-    proc = _bench(
+    proc = run_bench(
         "run", "--engines", "ddp,paddle", "--workers", "1", "--models", "mlp",
         "--bucket-mb", "inf", "--results", str(tmp_path),
     )  # fmt: skip
@@ -142,7 +138,7 @@ def test_negative_seed_is_refused(tmp_path: Path) -> None:
     proc, recs = run_direct(Engine.DDP, ["--seed", "-1"], tmp_path)
     _one_line_error(proc, "seed must be in [0, 2**32)")
     assert recs == []
-    proc = _bench(
+    proc = run_bench(
         "run", "--engines", "ddp", "--workers", "1", "--seed", "-1", "--results", str(tmp_path)
     )
     _one_line_error(proc, "seed must be in [0, 2**32)")
@@ -248,7 +244,7 @@ def test_host_cannot_inject_a_remote_shell_option(where: str, tmp_path: Path) ->
         target = ["--hostfile", str(hostfile)]
     else:
         target = [f"--hosts={host}:1"]
-    proc = _bench(
+    proc = run_bench(
         "run", *target, "--remote-shell", "ssh -o BatchMode=yes {host} bash -lc",
         "--engines", "ddp", "--models", "mlp", "--repeats", "1", "--epochs", "1",
         "--no-comm-cost", "--timeout", "60", "--results", str(tmp_path / "res"),
@@ -282,7 +278,7 @@ def test_host_cannot_inject_a_remote_shell_option(where: str, tmp_path: Path) ->
 def test_config_values_are_type_checked(text: str, message: str, tmp_path: Path) -> None:
     cfg = tmp_path / "sweep.toml"
     cfg.write_text(text + "\n")
-    proc = _bench("run", "--config", str(cfg), "--results", str(tmp_path))
+    proc = run_bench("run", "--config", str(cfg), "--results", str(tmp_path))
     _one_line_error(proc, message)
     assert not (tmp_path / "runs").exists()
 
@@ -303,7 +299,7 @@ def test_hostile_config_files_get_one_line_errors(
 ) -> None:
     cfg = tmp_path / name
     cfg.write_bytes(content)
-    proc = _bench("run", "--config", str(cfg), "--results", str(tmp_path))
+    proc = run_bench("run", "--config", str(cfg), "--results", str(tmp_path))
     _one_line_error(proc, message)
 
 
@@ -373,9 +369,9 @@ def test_sweep_on_a_full_disk_says_so(small_disk: Path) -> None:
     results = small_disk / "res"
     results.mkdir()
     _fill(small_disk, 0)
-    proc = _bench(
+    proc = run_bench(
         "run", "--engines", "ddp", "--workers", "1", "--models", "mlp", "--repeats", "1",
-        "--max-steps", "10", "--results", str(results),
+        "--max-steps", "10", "--results", str(results), timeout=180,
     )  # fmt: skip
     _one_line_error(proc, "No space left on device")
 
@@ -390,12 +386,12 @@ def test_compare_base_new_writes_its_out_file_or_refuses(tmp_path: Path) -> None
         (tmp_path / name).mkdir()
         shutil.copy(GOLDEN, tmp_path / name / "runs.jsonl")
     base, new = str(tmp_path / "base"), str(tmp_path / "new")
-    html = _bench(
+    html = run_bench(
         "compare", "--base", base, "--new", new, "--format", "html", "--out", str(tmp_path / "h")
     )
     _one_line_error(html, "--format html draws one set's tables")
     assert not (tmp_path / "h").exists()
-    md = _bench(
+    md = run_bench(
         "compare",
         "--base",
         base,
@@ -414,11 +410,11 @@ def test_compare_base_new_writes_its_out_file_or_refuses(tmp_path: Path) -> None
 def test_a_fifo_named_jsonl_does_not_hang_compare(tmp_path: Path) -> None:
     shutil.copy(GOLDEN, tmp_path / "runs.jsonl")
     os.mkfifo(tmp_path / "trap.jsonl")  # opening it to read would block forever
-    proc = _bench("compare", str(tmp_path), timeout=120)
+    proc = run_bench("compare", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     assert "trap.jsonl:0: not a regular file; skipped" in proc.stderr
     assert "throughput" in proc.stdout
-    proc = _bench("compare", str(tmp_path / "trap.jsonl"), timeout=120)
+    proc = run_bench("compare", str(tmp_path / "trap.jsonl"))
     assert "not a regular file or directory" in proc.stderr and proc.returncode == 1
 
 
@@ -435,7 +431,7 @@ def test_a_fifo_named_jsonl_does_not_hang_compare(tmp_path: Path) -> None:
 def test_sweep_refuses_engine_options_before_launch(
     option: str, message: str, tmp_path: Path
 ) -> None:
-    proc = _bench(
+    proc = run_bench(
         "run", "--engines", "ddp,horovod", "--workers", "1", "--models", "mlp",
         "--engine-option", option, "--results", str(tmp_path),
     )  # fmt: skip
@@ -460,7 +456,7 @@ def _has_gpu() -> bool:
 
 @pytest.mark.skipif(_has_gpu(), reason="this machine has a CUDA GPU")
 def test_cuda_without_a_gpu_is_refused_before_launch(tmp_path: Path) -> None:
-    proc = _bench(
+    proc = run_bench(
         "run", "--engines", "ddp,paddle", "--workers", "1", "--models", "mlp",
         "--device", "cuda", "--results", str(tmp_path),
     )  # fmt: skip

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -21,10 +20,6 @@ from tests.conftest import run_bench
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = RunSpec(model="mlp", max_steps=12, warmup_steps=2, epochs=1)
-
-
-def _bench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return run_bench(*args, timeout=timeout)
 
 
 # --- plans (no privileges needed) ------------------------------------------------------
@@ -96,7 +91,7 @@ def test_each_engine_gets_its_own_launchers_multi_node_form() -> None:
 
 
 def test_dry_run_prints_every_hosts_command() -> None:
-    proc = _bench(
+    proc = run_bench(
         "run",
         "--hosts", "n1:1,n2:1",
         "--engines", "ddp,paddle,horovod",
@@ -160,7 +155,7 @@ COMMON += ["--max-steps", "12", "--epochs", "1"]
 def local_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Each engine's 2 workers on this host, the reference for the multi-node runs."""
     results = tmp_path_factory.mktemp("multinode") / "res"
-    proc = _bench("run", "--workers", "2", *COMMON, "--results", str(results))
+    proc = run_bench("run", "--workers", "2", *COMMON, "--results", str(results), timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return results
 
@@ -171,8 +166,10 @@ def _run_on_two_hosts(engines: list[str], results: Path, with_sshd: bool) -> Non
         argv += ["--remote-shell", hosts.remote_shell, "--timeout", "180"]
         if hosts.ssh_identity:
             argv += ["--ssh-identity-file", hosts.ssh_identity]
-        proc = _bench(
-            "run", "--engines", ",".join(engines), *argv, *COMMON, "--results", str(results)
+        proc = run_bench(
+            "run",
+            *("--engines", ",".join(engines), *argv, *COMMON, "--results", str(results)),
+            timeout=600,
         )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -194,7 +191,7 @@ def _assert_same_as_one_host(results: Path, engine: str) -> None:
     assert two["fingerprints"]["init_weights"] == one["fingerprints"]["init_weights"]
     assert two["fingerprints"]["data_order"] == one["fingerprints"]["data_order"]
     assert two["labels"]["hosts"].count(":1") == 2
-    assert f"{engine}@2nodes" in _bench("compare", str(results)).stdout
+    assert f"{engine}@2nodes" in run_bench("compare", str(results)).stdout
 
 
 @pytest.mark.distributed

@@ -13,7 +13,7 @@ import pytest
 from bench import records
 from bench.analysis import regress
 from bench.records.types import LoadedRecord
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_bench
 
 GOLDEN = Path(__file__).parent / "data" / "golden.jsonl"
 
@@ -95,29 +95,21 @@ def test_small_changes_are_not_significant() -> None:
     assert not df["throughput significant"].any()  # below the 3% minimum effect
 
 
-def _bench(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bench", "compare", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
-
-
 def test_cli_exit_codes_and_markdown(tmp_path: Path) -> None:
     base = _write(tmp_path / "base", _golden())
     same = _write(tmp_path / "same", _golden())
     drop = _write(tmp_path / "drop", _scaled(_golden(), throughput=0.8))
-    ok = _bench("--base", str(base), "--new", str(same), "--fail", "throughput:5%")
+    ok = run_bench("compare", "--base", str(base), "--new", str(same), "--fail", "throughput:5%")
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    bad = _bench(
-        "--base", str(base), "--new", str(drop), "--fail", "throughput:5%", "--format", "markdown"
+    bad = run_bench(
+        "compare",
+        *("--base", str(base), "--new", str(drop)),
+        *("--fail", "throughput:5%", "--format", "markdown"),
     )
     assert bad.returncode == 1
     assert "REGRESSION:" in bad.stderr and "throughput -20.0%" in bad.stderr
     assert bad.stdout.startswith("| comparison") and "(-20.0%) *" in bad.stdout
-    js = _bench("--base", str(base), "--new", str(drop), "--format", "json")
+    js = run_bench("compare", "--base", str(base), "--new", str(drop), "--format", "json")
     assert js.returncode == 0  # no --fail: report only
     assert json.loads(js.stdout)[0]["throughput change"] == pytest.approx(-0.2)
 
@@ -125,7 +117,7 @@ def test_cli_exit_codes_and_markdown(tmp_path: Path) -> None:
 def test_one_number_format_and_milliseconds(tmp_path: Path) -> None:
     base = _write(tmp_path / "base", _golden())
     fast = _write(tmp_path / "fast", _scaled(_golden(), throughput=100.0))
-    out = _bench("--base", str(base), "--new", str(fast)).stdout
+    out = run_bench("compare", "--base", str(base), "--new", str(fast)).stdout
     assert "e+" not in out  # no scientific notation beside plain numbers
     assert "samples/s" in out and "step p50 ms" in out
     assert "100 -> 10,000 (+9900.0%) *" in out  # ddp np=1: thousands separators on both sides
@@ -142,12 +134,13 @@ def test_one_number_format_and_milliseconds(tmp_path: Path) -> None:
     ],
 )
 def test_cli_refuses_regression_options_without_base_and_new(args: list[str], message: str) -> None:
-    proc = _bench(str(GOLDEN), *args) if args[0] != "--base" else _bench(*args)
+    paths = [str(GOLDEN)] if args[0] != "--base" else []
+    proc = run_bench("compare", *paths, *args)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
 
 
 def test_two_paths_show_tables_and_point_to_base_new() -> None:
-    proc = _bench(str(GOLDEN), str(GOLDEN))
+    proc = run_bench("compare", str(GOLDEN), str(GOLDEN))
     assert proc.returncode == 0, proc.stderr
     assert "throughput:" in proc.stdout  # the tables, not a BASE/NEW diff
     assert f"--base {GOLDEN} --new {GOLDEN}" in proc.stderr
@@ -160,7 +153,7 @@ def test_cells_from_different_machines_are_not_matched(tmp_path: Path) -> None:
     base = _write(tmp_path / "base", _golden())
     new = _write(tmp_path / "new", other)
     assert regress.diff(_golden(), other).empty
-    proc = _bench("--base", str(base), "--new", str(new))
+    proc = run_bench("compare", "--base", str(base), "--new", str(new))
     assert proc.returncode == 1
     assert "same specs ran on different machines (Golden CPU x2 vs Other CPU x2)" in proc.stderr
 
@@ -198,8 +191,10 @@ def test_real_rerun_of_the_same_code_passes(tmp_path: Path) -> None:
             cwd=ROOT,
         )
         assert proc.returncode == 0, proc.stdout + proc.stderr
-    proc = _bench(
-        "--base", str(tmp_path / "base"), "--new", str(tmp_path / "new"), "--fail", "throughput:25%"
+    proc = run_bench(
+        "compare",
+        *("--base", str(tmp_path / "base"), "--new", str(tmp_path / "new")),
+        *("--fail", "throughput:25%"),
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "ddp" in proc.stdout and "runs base/new" in proc.stdout

@@ -16,6 +16,7 @@ import pytest
 from bench import cli, records
 from bench.analysis import compare, figures, frame, render
 from bench.records.types import LoadedRecord
+from tests.conftest import run_bench
 
 GOLDEN = Path(__file__).parent / "data" / "golden.jsonl"
 REFERENCE = Path(__file__).parent.parent / "results" / "reference" / "cpu-2core-digits"
@@ -177,15 +178,6 @@ def test_export_is_read_by_pytest_benchmark(tmp_path: Path) -> None:
     assert "1_worker" in svgs[0].name and "2_workers" in svgs[1].name
 
 
-def _bench_compare(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bench", "compare", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def test_different_machines_and_versions_are_never_pooled() -> None:
     golden = records.load([GOLDEN]).records
     other_cpu = [cast(LoadedRecord, {**r, "env": {**r["env"], "cpu": "Other CPU"}}) for r in golden]
@@ -219,11 +211,11 @@ def test_reference_records_are_read_only_when_named(tmp_path: Path) -> None:
     loaded = records.load([tmp_path])
     assert len(loaded.records) == 4
     assert loaded.skipped == [str(tmp_path / "reference")]
-    proc = _bench_compare(str(tmp_path))
+    proc = run_bench("compare", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     assert f"skipped: {tmp_path / 'reference'} (committed reference records" in proc.stderr
     assert "4 records read" in proc.stderr
-    named = _bench_compare(str(tmp_path / "reference"))
+    named = run_bench("compare", str(tmp_path / "reference"))
     assert named.returncode == 0 and "16 records read" in named.stderr
     assert "committed reference" not in named.stderr
 

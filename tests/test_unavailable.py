@@ -8,15 +8,13 @@ process it starts, as on a machine where they were never installed.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from bench import records
 from bench.records.types import LoadedRecord
-from tests.conftest import ROOT, quick_measure
+from tests.conftest import ROOT, run_bench
 
 HIDE = """
 import importlib.abc, sys
@@ -40,18 +38,6 @@ def _without(hidden: set[str], tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{ROOT}"}
 
 
-def _bench(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bench", *quick_measure(args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-    )
-
-
 def _by_engine(results: Path) -> dict[str, list[LoadedRecord]]:
     out: dict[str, list[LoadedRecord]] = {}
     for r in records.load([records.results_file(results)]).records:
@@ -63,7 +49,7 @@ def _by_engine(results: Path) -> dict[str, list[LoadedRecord]]:
 def test_absent_engines_of_the_default_list_are_recorded_and_the_rest_run(tmp_path: Path) -> None:
     env = _without({"paddle", "horovod"}, tmp_path)
     results = tmp_path / "results"
-    proc = _bench(env, "run", *TINY, "--results", str(results))
+    proc = run_bench("run", *TINY, "--results", str(results), env=env, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     recs = _by_engine(results)
     assert [r["status"] for r in recs["ddp"]] == ["ok"]
@@ -73,7 +59,7 @@ def test_absent_engines_of_the_default_list_are_recorded_and_the_rest_run(tmp_pa
         assert f"needs the {package} package, not installed here" in str(rec["error"])
         assert f"WARNING: engine {engine} is not installed here" in proc.stdout
     # compare shows them as unavailable, not as failures, and the sweep launched nothing
-    report = _bench(env, "compare", str(results))
+    report = run_bench("compare", str(results), env=env)
     assert report.returncode == 0, report.stderr
     assert "unavailable: paddle" in report.stdout and "unavailable: horovod" in report.stdout
     assert not list((results / "runs").rglob("*paddle*"))
@@ -85,7 +71,9 @@ def test_an_absent_engine_that_was_named_fails_the_sweep_after_the_others_ran(
 ) -> None:
     env = _without({"paddle"}, tmp_path)
     results = tmp_path / "results"
-    proc = _bench(env, "run", *TINY, "--engines", "ddp,paddle", "--results", str(results))
+    proc = run_bench(
+        "run", *TINY, "--engines", "ddp,paddle", "--results", str(results), env=env, timeout=300
+    )
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "paddle not installed here: 1 cells recorded as unavailable" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -93,8 +81,12 @@ def test_an_absent_engine_that_was_named_fails_the_sweep_after_the_others_ran(
     assert [r["status"] for r in recs["ddp"]] == ["ok"]
     assert [r["status"] for r in recs["paddle"]] == ["unavailable"]
     # the dry run says the same without launching or writing anything
-    dry = _bench(env, "run", *TINY, "--engines", "ddp,paddle", "--results", str(tmp_path / "d"),
-                 "--dry-run")  # fmt: skip
+    dry = run_bench(
+        "run",
+        *TINY,
+        *("--engines", "ddp,paddle", "--results", str(tmp_path / "d"), "--dry-run"),
+        env=env,
+    )
     assert dry.returncode == 0, dry.stderr
     assert "# unavailable, recorded without launching: paddle np=1" in dry.stdout
     assert "torch.distributed.run" in dry.stdout
