@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import signal
@@ -15,6 +16,7 @@ import pytest
 
 from bench import engines, records
 from bench.engines import Engine
+from tests import shared_sweep as shared
 
 ROOT = Path(__file__).resolve().parent.parent
 # Generous: a healthy 2-process run here takes 5-10 s; the limit only stops a hang.
@@ -24,6 +26,9 @@ RUN_TIMEOUT_S = 240
 NO_EXTRA_WINDOWS = ["--target-ci", "0"]
 # Nor the profiled steps of the step breakdown (tests/test_breakdown.py covers them).
 NO_PROFILE = ["--profile-steps", "0"]
+# The environment the session started in: what the shared sweep runs with, whatever a
+# test or a module's fixture has set in this process by the time it is first asked for.
+SESSION_ENV = dict(os.environ)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -202,3 +207,20 @@ def _restore_environment() -> Iterator[None]:
     if os.environ != saved:
         os.environ.clear()
         os.environ.update(saved)
+
+
+@pytest.fixture(scope="session")
+def shared_sweep(tmp_path_factory: pytest.TempPathFactory) -> shared.SharedSweep:
+    """The session's sweep of every engine's short mlp runs (tests/shared_sweep.py says
+    what it holds and who reads it), launched the first time a test asks for it."""
+    sweep = shared.SharedSweep.prepare(tmp_path_factory.mktemp("shared-sweep"))
+    env = {**SESSION_ENV, **sweep.environment()}
+    out, err = [], []
+    for command in shared.COMMANDS:
+        proc = run_bench(*command, "--results", str(sweep.results), env=env, timeout=900)
+        assert proc.returncode == 0, (
+            f"bench {command[0]}: {proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+        )
+        out.append(proc.stdout)
+        err.append(proc.stderr)
+    return dataclasses.replace(sweep, stdout="".join(out), stderr="".join(err))

@@ -26,8 +26,11 @@ from bench.engines import Engine
 from bench.launch import netns
 from bench.measure import timeline
 from bench.measure.contention import OTHER_CORES_LIMIT
+from bench.records.types import LoadedRecord
 from runners.adapters.base import union_seconds
+from tests import shared_sweep as shared
 from tests.conftest import ok_record, run_bench, run_engine
+from tests.shared_sweep import SharedSweep
 
 
 def test_union_of_collective_intervals_counts_overlaps_once() -> None:
@@ -406,21 +409,22 @@ def test_a_busy_neighbour_makes_the_cell_cpu_contended(
     assert _verdicts(tmp_path) == {("ddp", 1): "CPU-contended"}
 
 
-@pytest.fixture(scope="module")
-def every_engine_profiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _profiled_runs(sweep: SharedSweep) -> list[LoadedRecord]:
     """Each engine and its compute-only twin at 2 workers, profiled and traced (the
-    defaults), Horovod with its timeline armed: one sweep, read by the tests below."""
-    results = tmp_path_factory.mktemp("profiled")
-    _sweep(results, "--engines", "horovod,ddp,paddle", "--workers", "2", "--models", "mlp",
-           "--max-steps", "20", "--engine-option", "horovod:comm_timeline=true")  # fmt: skip
-    return results
+    defaults), Horovod's with its timeline armed: the session's sweep, whose plain
+    Horovod runs are for other tests."""
+    return [
+        r
+        for r in sweep.records()
+        if r["world_size"] == 2 and (r["engine"] != "horovod" or r.get("engine_options"))
+    ]
 
 
 @pytest.mark.distributed
 def test_profiled_steps_come_after_the_timed_ones_and_every_engine_records_them(
-    every_engine_profiled: Path, tmp_path: Path
+    shared_sweep: SharedSweep, tmp_path: Path
 ) -> None:
-    recs = records.load([every_engine_profiled]).records
+    recs = _profiled_runs(shared_sweep)
     assert len(recs) == 6  # each engine and its compute-only twin
     for r in recs:
         b = r["breakdown"]
@@ -443,8 +447,13 @@ def test_profiled_steps_come_after_the_timed_ones_and_every_engine_records_them(
     assert set(table["engine"]) == {"horovod[comm_timeline=true]", "ddp", "paddle"}
     # --profile-steps 0: no breakdown and no trace, the same timed steps
     off = tmp_path / "off"
-    _sweep(off, "--engines", "ddp", "--workers", "2", "--models", "mlp", "--max-steps", "20",
-           "--no-comm-cost", "--profile-steps", "0")  # fmt: skip
+    proc = run_bench(
+        "run",
+        *("--results", str(off), "--repeats", "1", "--no-compare", "--no-comm-cost"),
+        *("--engines", "ddp", "--workers", "2", *shared.SPEC, "--profile-steps", "0"),
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     (rec,) = records.load([off]).records
     (ddp,) = [r for r in recs if r["engine"] == "ddp" and r["spec"]["grad_sync"]]
     assert "breakdown" not in rec and "traces" not in rec
@@ -458,15 +467,15 @@ USER_RANGES = ("user_annotation", "PythonUserDefined")
 
 
 @pytest.mark.distributed
-def test_every_engine_keeps_a_trace_its_viewer_opens(every_engine_profiled: Path) -> None:
+def test_every_engine_keeps_a_trace_its_viewer_opens(shared_sweep: SharedSweep) -> None:
     """A profiled run traces 3 more steps under its engine's profiler: a Chrome-trace JSON
     in the cell's log folder, named in the record, with a range per phase."""
-    for r in records.load([every_engine_profiled]).records:
+    for r in _profiled_runs(shared_sweep):
         engine, synced = r["engine"], r["spec"]["grad_sync"]
         trace, *more = r["traces"]
         assert (trace["tool"], trace["format"]) == (PROFILERS[engine], "chrome-json")
         assert trace["steps"] == 3 and trace["ranks"] == [0]
-        path = every_engine_profiled / trace["path"]  # relative to the results folder
+        path = shared_sweep.results / trace["path"]  # relative to the results folder
         assert path.parent.resolve() == Path(r["labels"]["log_dir"]).resolve()
         events = json.loads(path.read_text())["traceEvents"]
         # the ranges the suite opened, one per phase a traced step; Paddle's export
@@ -478,7 +487,7 @@ def test_every_engine_keeps_a_trace_its_viewer_opens(every_engine_profiled: Path
             (hvd,) = more
             assert (hvd["tool"], hvd["format"]) == ("horovod timeline", "chrome-json-array")
             assert hvd["steps"] == 3
-            spans = timeline.spans(every_engine_profiled / hvd["path"])
+            spans = timeline.spans(shared_sweep.results / hvd["path"])
             assert spans and all(b >= a for a, b in spans)
         else:
             assert more == []

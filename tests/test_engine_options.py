@@ -13,7 +13,9 @@ from bench import engines, records
 from bench.analysis import compare, frame
 from bench.engines import Engine
 from bench.records.types import LoadedRecord
+from tests import shared_sweep as shared
 from tests.conftest import ROOT, RUN_TIMEOUT_S, ok_record, run_direct, run_engine
+from tests.shared_sweep import SharedSweep
 
 
 @pytest.mark.distributed
@@ -71,19 +73,26 @@ def test_bad_engine_options_are_refused(
 
 
 @pytest.mark.distributed
-def test_fp16_gradient_compression_in_horovod_and_ddp(tmp_path: Path) -> None:
-    """fp16 allreduce: recorded, really applied (it moves the losses), and alike in both."""
-    args = ["--model", "mlp", "--max-steps", "30", "--warmup-steps", "2"]
-    losses = {}
+def test_fp16_gradient_compression_in_horovod_and_ddp(
+    tmp_path: Path, shared_sweep: SharedSweep
+) -> None:
+    """fp16 allreduce: recorded, really applied (it moves the losses), and alike in both.
+    Without compression is the session's sweep's plain 2-worker run of the same spec."""
+    args = [*shared.RUNNER_SPEC, "--grad-compression", "fp16"]
+    losses, specs = {}, {}
     for engine in (Engine.HOROVOD, Engine.DDP):
         for comp in ("none", "fp16"):
-            rec = ok_record(
-                *run_engine(engine, 2, [*args, "--grad-compression", comp], tmp_path / comp)
+            rec = (
+                shared_sweep.run(engine.value, 2)
+                if comp == "none"
+                else ok_record(*run_engine(engine, 2, args, tmp_path / comp))
             )
             assert rec["knobs"]["gradient_compression"] == comp
             assert rec["spec"]["grad_compression"] == comp
             losses[engine, comp] = np.asarray(rec["step_losses"])
+            specs[engine, comp] = {**rec["spec"], "grad_compression": "none"}
     for engine in (Engine.HOROVOD, Engine.DDP):
+        assert specs[engine, "fp16"] == specs[engine, "none"]  # nothing else differs
         shift = np.abs(losses[engine, "fp16"] / losses[engine, "none"] - 1).max()
         # measured 4e-5 over 30 steps: fp16 rounding is there, and small
         assert 1e-6 < shift < 1e-3, (engine, shift)

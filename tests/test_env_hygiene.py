@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import io
 import json
-import uuid
 from pathlib import Path
 
 import pytest
 
 from bench import cli, records
-from bench.contract.spec import RunSpec
 from bench.core import allowlist
-from bench.engines import Engine
-from bench.sweep import SweepConfig, run_sweep
-
-TINY = RunSpec(model="mlp", max_steps=12, warmup_steps=2, epochs=1)
+from tests.shared_sweep import SharedSweep
 
 
 def test_argv_keeps_only_allowed_environment_entries() -> None:
@@ -74,25 +68,19 @@ def test_recorded_env_vars_are_allow_listed(monkeypatch: pytest.MonkeyPatch) -> 
 
 @pytest.mark.distributed
 def test_a_secret_in_the_environment_reaches_no_record_log_or_report(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    shared_sweep: SharedSweep,
 ) -> None:
-    """Every engine through its real launcher, with secrets in the shell environment."""
-    secret = "s3cr3t-" + uuid.uuid4().hex
+    """Every engine through its real launcher, with secrets in the shell environment: the
+    session's sweep ran with them (tests/shared_sweep.py); its reports are made here."""
+    secret = shared_sweep.secret
     monkeypatch.setenv("MY_API_TOKEN", secret)
     monkeypatch.setenv("SOME_UNRELATED_VAR", "plain-" + secret)  # not named like a secret
-    results = tmp_path / "results"
-    cfg = SweepConfig(
-        engines=(Engine.HOROVOD, Engine.DDP, Engine.PADDLE),
-        workers=(1,),
-        models=("mlp",),
-        repeats=1,
-        comm_cost=False,
-        target_ci=0.0,  # no extra timed windows: what is checked is the record's text
-    )
-    out = io.StringIO()
-    outcomes = run_sweep(cfg, TINY, results, out=out)
-    assert [o.status for o in outcomes] == ["ok"] * 3, out.getvalue()
+    results = shared_sweep.results
     recs = records.load([results]).records
+    assert [r["status"] for r in recs] == ["ok"] * len(recs), shared_sweep.stderr[-3000:]
     assert {r["launcher"]["name"] for r in recs} == {
         "horovodrun",
         "torchrun",
@@ -114,10 +102,11 @@ def test_a_secret_in_the_environment_reaches_no_record_log_or_report(
     assert cli.main(["compare", str(results), "--sources"]) == 0
     assert cli.main(["export", "--pytest-benchmark", str(tmp_path / "e.json"), str(results)]) == 0
     printed = "".join(capsys.readouterr())
-    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    files = [p for folder in (tmp_path, results) for p in folder.rglob("*") if p.is_file()]
     assert len(files) > 10
     for path in files:
         data = path.read_bytes()
         for needle in (secret.encode(), b"MY_API_TOKEN", b"SOME_UNRELATED_VAR"):
             assert needle not in data, f"{needle!r} in {path}"
-    assert secret not in printed and secret not in out.getvalue()
+    assert secret not in printed
+    assert secret not in shared_sweep.stdout and secret not in shared_sweep.stderr

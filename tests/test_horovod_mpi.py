@@ -1,10 +1,10 @@
 """Horovod over MPI: the controller as a recorded knob, Adasum, and the refusals.
 
 Measured on the 2-core CPU machine (horovod 0.28.1 built with MPI and Gloo, OpenMPI
-4.1.4, torch 2.13.0): at 2 workers, 22 mlp steps (one epoch of digits), Horovod's
-step losses over MPI and over Gloo are identical to DDP's (max relative difference 0.0;
-CPU tensor operations stay on Gloo under either controller, only the coordination
-differs); asserted to 1e-6 relative.
+4.1.4, torch 2.13.0): at 2 workers, 30 mlp steps, Horovod's step losses over MPI and
+over Gloo are identical to DDP's (max relative difference 0.0; CPU tensor operations stay
+on Gloo under either controller, only the coordination differs); asserted to 1e-6
+relative.
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ from bench.core.errors import SweepError
 from bench.engines import Engine, horovod
 from bench.records.types import RunRecord
 from bench.sweep import cells
+from tests import shared_sweep as shared
 from tests.conftest import run_bench, run_direct
+from tests.shared_sweep import SharedSweep
 
 BUILT = horovod.built_controllers()
 needs_mpi = pytest.mark.skipif(
@@ -33,8 +35,8 @@ needs_mpi = pytest.mark.skipif(
     "rerun scripts/setup.sh",
 )
 
-COMMON = ["--models", "mlp", "--repeats", "1", "--no-comm-cost", "--no-compare"]
-COMMON += ["--max-steps", "24", "--epochs", "1", "--timeout", "240"]
+# the spec of the session's sweep, whose DDP and Horovod-over-Gloo runs these are compared with
+COMMON = [*shared.SPEC, "--repeats", "1", "--no-comm-cost", "--no-compare", "--timeout", "240"]
 
 
 # --- without launching -----------------------------------------------------------------
@@ -159,13 +161,20 @@ def test_check_build_shows_mpi_and_gloo() -> None:
 
 
 @pytest.fixture(scope="module")
-def mpi_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """DDP and Horovod over Gloo, Horovod over MPI (1 and 2 workers), Adasum (2)."""
+def mpi_results(tmp_path_factory: pytest.TempPathFactory, shared_sweep: SharedSweep) -> Path:
+    """DDP and Horovod over Gloo (1 and 2 workers, from the session's sweep), Horovod over
+    MPI (1 and 2 workers), Adasum (2)."""
     if "mpi" not in BUILT:
         pytest.skip("Horovod built without MPI")
-    results = tmp_path_factory.mktemp("mpi") / "res"
+    results = shared_sweep.copy_to(
+        tmp_path_factory.mktemp("mpi") / "res",
+        lambda r: (
+            r["engine"] in ("ddp", "horovod")
+            and bool(r["spec"]["grad_sync"])
+            and not r.get("engine_options")
+        ),
+    )
     for argv in (
-        ["--engines", "ddp,horovod", "--workers", "1,2"],
         ["--engines", "horovod", "--workers", "1,2", "--engine-option", "horovod:controller=mpi"],
         ["--engines", "horovod", "--workers", "2", "--engine-option", "horovod:adasum=true"],
     ):

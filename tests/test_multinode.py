@@ -16,7 +16,9 @@ from bench.launch import cluster as launch
 from bench.launch import process
 from bench.sweep import SweepConfig, run_sweep
 from tests import netns
+from tests import shared_sweep as shared
 from tests.conftest import run_bench
+from tests.shared_sweep import SharedSweep
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = RunSpec(model="mlp", max_steps=12, warmup_steps=2, epochs=1)
@@ -147,17 +149,20 @@ WHY_NOT = netns.available()
 needs_netns = pytest.mark.skipif(WHY_NOT is not None, reason=f"no network namespaces: {WHY_NOT}")
 
 
-COMMON = ["--models", "mlp", "--repeats", "1", "--no-comm-cost", "--no-compare"]
-COMMON += ["--max-steps", "12", "--epochs", "1"]
+# the spec of the session's sweep, whose one-host runs these are compared with
+COMMON = [*shared.SPEC, "--repeats", "1", "--no-comm-cost", "--no-compare"]
 
 
 @pytest.fixture(scope="module")
-def local_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Each engine's 2 workers on this host, the reference for the multi-node runs."""
-    results = tmp_path_factory.mktemp("multinode") / "res"
-    proc = run_bench("run", "--workers", "2", *COMMON, "--results", str(results), timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return results
+def local_runs(tmp_path_factory: pytest.TempPathFactory, shared_sweep: SharedSweep) -> Path:
+    """Each engine's 2 workers on this host, the reference for the multi-node runs: the
+    session's sweep's, in a folder of this module's own that the multi-node runs join."""
+    return shared_sweep.copy_to(
+        tmp_path_factory.mktemp("multinode") / "res",
+        lambda r: (
+            r["world_size"] == 2 and bool(r["spec"]["grad_sync"]) and not r.get("engine_options")
+        ),
+    )
 
 
 def _run_on_two_hosts(engines: list[str], results: Path, with_sshd: bool) -> None:

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from bench import records
 from bench.analysis import render
-from bench.measure import energy
 from runners.protocol import startup
-from tests.conftest import run_bench
+from tests.shared_sweep import SharedSweep
 
 MARKS = {"process": 101.0, "imported": 103.5, "data": 103.75, "group": 104.0,
          "recorded": 104.25, "built": 105.0, "first_timed": 106.0}  # fmt: skip
@@ -34,20 +31,11 @@ def test_phases_are_the_gaps_between_marks_worked_by_hand() -> None:
 
 @pytest.mark.distributed
 def test_a_run_records_its_start_up_and_energy_and_compare_shows_them(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    shared_sweep: SharedSweep,
 ) -> None:
-    results = tmp_path / "res"
-    # a fake RAPL package (a static counter): the record must name it, counted once
-    package = tmp_path / "powercap" / "intel-rapl:0"
-    package.mkdir(parents=True)
-    (package / "energy_uj").write_text("1000\n")
-    (package / "max_energy_range_uj").write_text("1000000000\n")
-    monkeypatch.setenv(energy.ROOT_VARIABLE, str(package.parent))
-    proc = run_bench("run", "--engines", "ddp", "--workers", "2", "--models", "mlp",
-                     "--max-steps", "12", "--epochs", "1", "--repeats", "1", "--no-comm-cost",
-                     "--results", str(results), "--no-compare")  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (rec,) = records.load([results]).records
+    # ddp at 2 workers from the session's sweep, which ran with a fake RAPL package (a
+    # static counter) in its environment: the record must name it, counted once
+    rec = shared_sweep.run("ddp", 2)
     s = rec["startup"]
     assert s["from"] == "launch" and set(s["phases_s"]) == {p for p, _ in startup.PHASES}
     assert all(v >= 0 for v in s["phases_s"].values())
@@ -55,8 +43,9 @@ def test_a_run_records_its_start_up_and_energy_and_compare_shows_them(
     assert len(s["per_rank_total_s"]) == 2 and s["total_s"] == max(s["per_rank_total_s"])
     # the sweep's own clock agrees: the first timed step came before the record was written
     assert s["total_s"] < rec["launch_to_stop_s"]
-    text = render.render(records.load([results]), "text", 0.95) or ""
+    text = render.render(records.load([shared_sweep.results]), "text", 0.95) or ""
     assert "start-up:" in text and "interpreter and imports" in text
     e = rec["energy"]
+    package = shared_sweep.rapl_package
     assert e["joules"] == 0.0 and e["sources"] == [f"{rec['hosts'][0]}:rapl:{package}"]
     assert e["seconds"] > 0 and e["watts"] == 0.0

@@ -16,7 +16,7 @@ from bench import cli, records
 from bench.analysis import figures, render
 from bench.measure import peak
 from bench.records.types import LoadedRecord
-from tests.conftest import run_bench
+from tests.shared_sweep import SharedSweep
 
 
 @pytest.mark.parametrize("name", models.names())
@@ -78,19 +78,15 @@ def test_the_peak_capacity_counts_the_cores_workers_share() -> None:
     assert str(figures.peak_capacity(_record(peak={}))) == "nan"
 
 
+@pytest.mark.distributed  # reads the session's sweep (multi-process launches)
 def test_a_run_names_its_peak_and_compare_refuses_utilisation_above_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    shared_sweep: SharedSweep,
 ) -> None:
-    results = tmp_path / "res"
-    # measured first, whatever else runs: bench run measures only on a quiet machine
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    assert cli.main(["peak", "--results", str(results)]) == 0
-    proc = run_bench("run", "--engines", "ddp", "--workers", "1", "--models", "mlp",
-                     "--max-steps", "12", "--epochs", "1", "--repeats", "1", "--results", str(results),
-                     "--no-compare")  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "bench run: peak " in proc.stderr
-    (rec,) = records.load([records.results_file(results)]).records
+    # ddp at 1 worker from the session's sweep, whose peak was measured into its results
+    # folder first, whatever else runs: bench run measures only on a quiet machine
+    results = shared_sweep.results
+    assert "bench run: peak " in shared_sweep.stderr
+    rec = shared_sweep.run("ddp", 1)
     entry = rec["peak"]
     assert entry["gflops"] > 0 and entry["source"] == str(results / peak.FILE)
     assert entry["key"] in json.loads((results / peak.FILE).read_text())
@@ -101,5 +97,5 @@ def test_a_run_names_its_peak_and_compare_refuses_utilisation_above_it(
     assert f"{share:.1f}%" in text and "'of peak'" in text
     # a peak below what the run achieved is a broken figure: refused, with the reason
     rec["peak"] = {**entry, "gflops": share / 200 * entry["gflops"] / 100}
-    text = render.render(records.Loaded([rec], [], []), "text", 0.95) or ""
+    text = render.render(records.Loaded([cast(LoadedRecord, rec)], [], []), "text", 0.95) or ""
     assert "refused: above the measured peak" in text and "utilisation refused for ddp np=1" in text
