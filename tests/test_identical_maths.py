@@ -30,22 +30,40 @@ from bench.core import machine as env
 from bench.engines import Engine
 from runners.adapters.base import EngineAdapter
 from runners.protocol.common import load_adapter
+from tests import shared_sweep as shared
 from tests.conftest import ROOT, RUN_TIMEOUT_S, ok_record, run_engine
+from tests.shared_sweep import SharedSweep
 
 TORCH_ENGINES = (Engine.HOROVOD, Engine.DDP)
 PROBE = ROOT / "tests" / "probes" / "fp16_compression.py"
 
 
+# Each optimizer once, and weight decay on and off: both engines build their optimizer
+# in one shared place (runners/adapters/torch_base.py), where weight decay is one argument
+# of either optimizer, so the other two pairings would run the same code again.
+OPTIMIZERS = [("sgd", "0"), ("adam", "5e-4")]
+
+
 @pytest.mark.distributed
-@pytest.mark.parametrize("weight_decay", ["0", "5e-4"])
-@pytest.mark.parametrize("optimizer", [o.value for o in Optimizer])
-def test_horovod_starts_where_ddp_starts(optimizer: str, weight_decay: str, tmp_path: Path) -> None:
-    """Same weights and optimizer state after set-up, so the same losses from step 0."""
+@pytest.mark.parametrize(
+    ("optimizer", "weight_decay"), OPTIMIZERS, ids=[f"{o}-{w}" for o, w in OPTIMIZERS]
+)
+def test_horovod_starts_where_ddp_starts(
+    optimizer: str, weight_decay: str, tmp_path: Path, shared_sweep: SharedSweep
+) -> None:
+    """Same weights and optimizer state after set-up, so the same losses from step 0.
+    SGD without weight decay is the spec's default: the session's sweep's 2-worker runs."""
+    assert {o for o, _ in OPTIMIZERS} == {o.value for o in Optimizer}  # each one, still
     lr = {"sgd": "0.05", "adam": "0.001"}[optimizer]
-    args = ["--model", "mlp", "--max-steps", "12", "--warmup-steps", "2",
-            "--optimizer", optimizer, "--lr", lr, "--weight-decay", weight_decay]  # fmt: skip
-    recs = {e: ok_record(*run_engine(e, 2, args, tmp_path)) for e in TORCH_ENGINES}
+    if (optimizer, weight_decay) == ("sgd", "0"):
+        recs = {e: shared_sweep.run(e.value, 2) for e in TORCH_ENGINES}
+    else:
+        args = [*shared.RUNNER_SPEC, "--optimizer", optimizer, "--lr", lr]
+        args += ["--weight-decay", weight_decay]
+        recs = {e: ok_record(*run_engine(e, 2, args, tmp_path)) for e in TORCH_ENGINES}
     hvd, ddp = recs[Engine.HOROVOD], recs[Engine.DDP]
+    assert hvd["spec"]["optimizer"] == ddp["spec"]["optimizer"] == optimizer
+    assert hvd["spec"]["lr"] == ddp["spec"]["lr"] == float(lr)
     assert hvd["spec"]["weight_decay"] == ddp["spec"]["weight_decay"] == float(weight_decay)
     for key in ("init_weights", "init_optimizer_state_tensors"):
         assert hvd["fingerprints"][key] == ddp["fingerprints"][key], key
