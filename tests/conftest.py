@@ -224,3 +224,34 @@ def shared_sweep(tmp_path_factory: pytest.TempPathFactory) -> shared.SharedSweep
         out.append(proc.stdout)
         err.append(proc.stderr)
     return dataclasses.replace(sweep, stdout="".join(out), stderr="".join(err))
+
+
+# ddp at 1 worker on lenet, profiled (a breakdown, so a verdict), while two processes
+# that are not the run's spin on the CPUs
+BUSY_SWEEP: tuple[str, ...] = (
+    "--engines",
+    "ddp",
+    "--workers",
+    "1",
+    "--models",
+    "lenet",
+    "--max-steps",
+    "40",
+)
+BUSY_SWEEP += ("--epochs", "1", "--repeats", "1", "--no-compare", "--profile-steps", "10")
+
+
+@pytest.fixture(scope="session")
+def busy_neighbour_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """BUSY_SWEEP's results folder: one run beside two busy neighbours, whose record the
+    contention measure must flag and the breakdown must call CPU-contended."""
+    results = tmp_path_factory.mktemp("busy-neighbour")
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        proc = run_bench("run", "--results", str(results), *BUSY_SWEEP, timeout=300)
+    finally:
+        for p in burners:
+            p.kill()
+            p.wait()
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return results

@@ -8,10 +8,7 @@ names that cause and no other.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -390,23 +387,10 @@ def test_an_input_stage_slowed_on_purpose_is_input_bound(
     assert _verdicts(tmp_path) == {("ddp", 1): "input-bound"}
 
 
-@pytest.fixture
-def busy_neighbour() -> Iterator[None]:
-    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
-    try:
-        yield
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
-
-
 @pytest.mark.distributed
-def test_a_busy_neighbour_makes_the_cell_cpu_contended(
-    tmp_path: Path, busy_neighbour: None
-) -> None:
-    _sweep(tmp_path, "--engines", "ddp", "--workers", "1", "--models", "lenet", "--max-steps", "40")
-    assert _verdicts(tmp_path) == {("ddp", 1): "CPU-contended"}
+def test_a_busy_neighbour_makes_the_cell_cpu_contended(busy_neighbour_run: Path) -> None:
+    # conftest's run beside two spinning processes (test_contention reads it too)
+    assert _verdicts(busy_neighbour_run) == {("ddp", 1): "CPU-contended"}
 
 
 def _profiled_runs(sweep: SharedSweep) -> list[LoadedRecord]:
