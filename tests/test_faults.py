@@ -53,7 +53,7 @@ def _wait_for(cond: Callable[[], bool], seconds: float, what: str) -> None:
         time.sleep(0.2)
 
 
-# Hung-worker cells start this far apart (see test_hung_worker_times_out_and_is_reaped).
+# Hung-worker cells start this far apart (see hung_cells).
 STAGGER_S = 8.0
 
 # The fault each signal stands for, injected by rank 1 itself at its step 3 (runners/
@@ -144,29 +144,57 @@ def test_a_run_that_dies_at_exit_keeps_its_record(
     assert rec["status"] == records.Status.OK and rec["injected"] == fault
 
 
-def test_hung_worker_times_out_and_is_reaped(tmp_path: Path) -> None:
-    """SIGSTOP freezes rank 1: rank 0 waits in a collective until the cell's time-out.
+# The hung cells, overlapped in one pool (see `hung_cells`): Horovod at the longer
+# time-out first, then every engine at the time-out under the collective one.
+HUNG = [("horovod-at-45", Engine.HOROVOD, 45.0), *((e.value, e, 28.0) for e in ENGINES)]
 
-    The three engines' cells overlap (each in its own folder): after the fault they
-    only wait, so the test waits about one time-out instead of three. Their starts are
-    STAGGER_S apart, so that no cell's start-up (which the time-out counts) competes
-    with another's for the cores. The time-out stays under the runner's collective
-    time-out (30 s at least), so it is the cell's that ends the hang."""
 
-    def staggered(i: int, engine: Engine) -> tuple[str, float, str]:
+@pytest.fixture(scope="module")
+def hung_cells(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, float, str]]:
+    """SIGSTOP freezes rank 1 of each cell in HUNG: (status, seconds, error) by name.
+
+    The cells overlap (each in its own folder): after the fault they only wait, so the
+    tests below wait about one time-out instead of four. Their starts are STAGGER_S
+    apart, so that no cell's start-up (which the time-out counts) competes with
+    another's for the cores; the longest time-out starts first."""
+    root = tmp_path_factory.mktemp("hung")
+
+    def staggered(i: int, name: str, engine: Engine, timeout: float) -> tuple[str, float, str]:
         time.sleep(i * STAGGER_S)
-        return _inject(engine, tmp_path / engine.value, signal.SIGSTOP, 28, set_fault=False)
+        return _inject(engine, root / name, signal.SIGSTOP, timeout, set_fault=False)
 
     with (
         _environ(BENCH_TEST_FAULT=FAULTS[signal.SIGSTOP]),  # once, for every thread
-        concurrent.futures.ThreadPoolExecutor(len(ENGINES)) as pool,
+        concurrent.futures.ThreadPoolExecutor(len(HUNG)) as pool,
     ):
-        jobs = {e: pool.submit(staggered, i, e) for i, e in enumerate(ENGINES)}
-        ended = {e.value: job.result() for e, job in jobs.items()}
-    for engine, (status, elapsed, error) in ended.items():
+        jobs = {cell[0]: pool.submit(staggered, i, *cell) for i, cell in enumerate(HUNG)}
+        return {name: job.result() for name, job in jobs.items()}
+
+
+def test_hung_worker_times_out_and_is_reaped(hung_cells: dict[str, tuple[str, float, str]]) -> None:
+    """SIGSTOP freezes rank 1: rank 0 waits in a collective until the cell's time-out.
+
+    The time-out stays under the runner's collective time-out (30 s at least), so it is
+    the cell's that ends the hang."""
+    for engine in ENGINES:
+        status, elapsed, error = hung_cells[engine.value]
         assert status == records.Status.TIMEOUT, (engine, error)
         assert 28 <= elapsed < 28 + 20, (engine, elapsed)
         assert "time-out of 28s" in error, (engine, error)
+
+
+def test_stopped_horovod_rank_is_a_timeout_bounded_by_the_cell_timeout(
+    hung_cells: dict[str, tuple[str, float, str]],
+) -> None:
+    """At --timeout 45 the runner's collective time-out (30 s) may come first; the SIGSTOPped
+    rank must still end as `timeout`, and the kill must not wait out a stopped process
+    (it took 52 s: SIGTERM stays pending until SIGCONT, so the grace period ran out)."""
+    status, elapsed, error = hung_cells["horovod-at-45"]
+    print(f"horovod SIGSTOP at --timeout 45: {status} after {elapsed:.1f}s")
+    assert status == records.Status.TIMEOUT, error
+    # only an upper bound: the collective time-out can end the cell before --timeout
+    # (start-up + 30 s), on a fast machine well before it
+    assert elapsed < 45 + 4
 
 
 def test_ctrl_c_stops_the_sweep_keeps_records_and_resumes(tmp_path: Path) -> None:
