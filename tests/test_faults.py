@@ -24,7 +24,7 @@ from bench import records
 from bench.contract.spec import RunSpec
 from bench.engines import Engine
 from bench.sweep import SweepConfig, plan, run_cell
-from tests.conftest import ROOT
+from tests.conftest import NO_EXTRA_WINDOWS, NO_PROFILE, ROOT
 
 pytestmark = pytest.mark.distributed
 
@@ -217,6 +217,9 @@ def test_ctrl_c_stops_the_sweep_keeps_records_and_resumes(tmp_path: Path) -> Non
             "--results",
             str(tmp_path),
             "--no-compare",
+            # what is checked is which cells are recorded, not their throughput
+            *NO_EXTRA_WINDOWS,
+            *NO_PROFILE,
         ]
 
     args = sweep(3)
