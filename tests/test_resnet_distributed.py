@@ -77,18 +77,33 @@ def test_broadcast_buffers_mode_is_applied_alike(tmp_path: Path) -> None:
     assert hvd["final_loss"] == pytest.approx(ddp["final_loss"], rel=1e-6)
 
 
-def test_paddle_and_torch_trajectories_at_one_worker(tmp_path: Path) -> None:
-    torch_run = ok_record(*run_direct(Engine.DDP, TINY, tmp_path))
-    paddle_run = ok_record(*run_direct(Engine.PADDLE, TINY, tmp_path))
+@pytest.fixture(scope="module")
+def one_worker(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """Each engine at 1 worker: DDP and Paddle started as plain processes (a one-process
+    group: the same code path as under their launchers), Horovod through horovodrun."""
+    results = tmp_path_factory.mktemp("resnet1")
+    return {
+        "ddp": ok_record(*run_direct(Engine.DDP, TINY, results)),
+        "paddle": ok_record(*run_direct(Engine.PADDLE, TINY, results)),
+        "horovod": ok_record(*run_engine(Engine.HOROVOD, 1, TINY, results)),
+    }
+
+
+def test_paddle_and_torch_trajectories_at_one_worker(
+    one_worker: dict[str, dict[str, Any]],
+) -> None:
+    torch_run, paddle_run = one_worker["ddp"], one_worker["paddle"]
     t, p = np.array(torch_run["step_losses"]), np.array(paddle_run["step_losses"])
     np.testing.assert_allclose(p[0], t[0], rtol=1e-6)
     np.testing.assert_allclose(p[1:3], t[1:3], rtol=2e-3)
 
 
-def test_horovod_at_one_worker_is_the_plain_torch_run(tmp_path: Path) -> None:
-    """Horovod at np=1 (its launcher, a one-rank ring) trains exactly what DDP's np=1 does."""
-    hvd = ok_record(*run_engine(Engine.HOROVOD, 1, TINY, tmp_path))
-    ddp = ok_record(*run_engine(Engine.DDP, 1, TINY, tmp_path))
+def test_horovod_at_one_worker_is_the_plain_torch_run(
+    one_worker: dict[str, dict[str, Any]],
+) -> None:
+    """Horovod at np=1 (its launcher, a one-rank ring) trains exactly what DDP's np=1 does
+    (DDP's plain-process run: a one-process group, as torchrun's np=1 makes)."""
+    hvd, ddp = one_worker["horovod"], one_worker["ddp"]
     assert (
         hvd["world_size"] == 1
         and hvd["fingerprints"]["init_weights"] == (ddp["fingerprints"]["init_weights"])
