@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -20,20 +21,23 @@ REPORT = """<?xml version="1.0" encoding="utf-8"?>
 """
 
 
-def _script() -> ModuleType:
+def _script(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """The script as a module (scripts/ is no package); registered while the test runs,
+    as its dataclass needs."""
     spec = importlib.util.spec_from_file_location(
         "test_durations", ROOT / "scripts" / "test_durations.py"
     )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
     spec.loader.exec_module(module)
     return module
 
 
 def test_seconds_are_summed_per_file_and_compared(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    script = _script()
+    script = _script(monkeypatch)
     before = tmp_path / "before.xml"
     before.write_text(REPORT)
     times = script.per_file(before)
