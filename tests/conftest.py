@@ -17,6 +17,7 @@ import pytest
 from bench import engines, records
 from bench.engines import Engine
 from tests import shared_sweep as shared
+from tests.test_data import write_cifar
 
 ROOT = Path(__file__).resolve().parent.parent
 # Generous: a healthy 2-process run here takes 5-10 s; the limit only stops a hang.
@@ -255,3 +256,24 @@ def busy_neighbour_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
             p.wait()
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return results
+
+
+def cifar_args(data_path: Path) -> list[str]:
+    """ResNet-18 on the CIFAR-10 files under `data_path`, augmented, tiny sizes."""
+    args = ["--model", "resnet18", "--dataset", "cifar10", "--data-path", str(data_path)]
+    args += ["--batch-size", "8", "--max-steps", "5", "--warmup-steps", "1", "--epochs", "2"]
+    return [*args, "--lr", "0.01"]
+
+
+@pytest.fixture(scope="session")
+def resnet18_two_workers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """ResNet-18 (BatchNorm) at 2 workers under every engine, by engine name, on CIFAR-10
+    files written here (120 training images: 7 steps at 2x8): test_cifar_distributed reads
+    the data every engine saw, test_resnet_distributed what BatchNorm and the engines did."""
+    root = tmp_path_factory.mktemp("cifar")
+    write_cifar(root / "cifar-10-batches-bin", per_file=24)
+    # sharded across ranks: the case where the pixels could differ
+    return {
+        e.value: ok_record(*run_engine(e, 2, cifar_args(root), root / f"res-{e.value}-2"))
+        for e in Engine
+    }

@@ -2,36 +2,21 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 from bench.engines import Engine
-from tests.conftest import ok_record, run_engine
-from tests.test_data import write_cifar
 
 pytestmark = pytest.mark.distributed
 
 
-def _args(data_path: Path) -> list[str]:
-    return [
-        "--model", "resnet18", "--dataset", "cifar10", "--data-path", str(data_path),
-        "--batch-size", "8", "--max-steps", "5", "--warmup-steps", "1", "--epochs", "2",
-        "--lr", "0.01",
-    ]  # fmt: skip
-
-
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, int], dict[str, Any]]:
-    root = tmp_path_factory.mktemp("cifar")
-    write_cifar(root / "cifar-10-batches-bin", per_file=24)  # 120 train images: 7 steps at 2x8
-    return {
-        (e.value, n): ok_record(*run_engine(e, n, _args(root), root / f"res-{e.value}-{n}"))
-        for e in Engine
-        for n in (2,)  # sharded across ranks: the case where the pixels could differ
-    }
+def runs(resnet18_two_workers: dict[str, dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
+    """Every engine at 2 workers on the CIFAR-10 files: conftest's `resnet18_two_workers`,
+    which test_resnet_distributed reads too."""
+    return {(engine, 2): rec for engine, rec in resnet18_two_workers.items()}
 
 
 def test_every_engine_sees_the_same_augmented_data(
