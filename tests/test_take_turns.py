@@ -67,9 +67,7 @@ def test_a_launch_that_dies_stops_the_pair_and_leaves_no_process(tmp_path: Path)
     assert _with(str(results)) == []
 
 
-# SIGTERM stands for SIGHUP too: the script below (as independent_overhead.py does) gives
-# both one handler, so the orchestrator unwinds from them alike; SIGINT is Python's own.
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_an_interrupted_orchestrator_leaves_no_stopped_process(
     tmp_path: Path, sig: signal.Signals
 ) -> None:
