@@ -9,11 +9,14 @@
     .venv/bin/python scripts/perf.py --save-baseline     # record this machine's baseline
 
 A/B: REV is checked out in a temporary git worktree sharing this .venv; the two
-sides are launched alternately (A B, B A, ...) --launches times each, each side
-running its own tests/benchmarks, and every benchmark both ran is compared with
-bench/analysis/perfgate.py. Exit status 1 only when a benchmark's whole interval
-lies above +threshold. BENCH_PERF_SLOWDOWN=0.3 (new side only) makes the
-training-step benchmarks do 30% more work: how the gate is calibrated.
+sides are launched in pairs, alternately (A B, B A, ...), each side running its own
+tests/benchmarks, and every benchmark both ran is decided by
+bench/analysis/perfgate.py at the looks (4, 6, 8, 11, 16 pairs): pairs are added
+until a benchmark regressed, every one is decided, or the next look would overrun
+--budget. Exit status 1 only when a benchmark's whole interval lies above
++threshold. BENCH_PERF_SLOWDOWN=0.15 (new side only; BENCH_PERF_SLOWDOWN_ENGINE=ddp
+for one engine's step alone) makes the training-step benchmarks do 15% more work:
+how the gate is calibrated.
 """
 
 from __future__ import annotations
@@ -24,12 +27,16 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.analysis import perfgate  # noqa: E402
+from bench.cli.common import parse_budget  # noqa: E402
+from bench.core.errors import InputError  # noqa: E402
+from bench.measure import stats  # noqa: E402
 
 BASELINE = ROOT / "tests" / "benchmarks" / "baseline"
 # the benchmarks the gate times: each one in-process and cheap; the 2-process allreduce
@@ -86,31 +93,67 @@ def ab(args: argparse.Namespace) -> int:
     try:
         git("worktree", "add", "-q", "--detach", str(base_tree), base_rev)
         (base_tree / ".venv").symlink_to(ROOT / ".venv")
-        plain = {k: v for k, v in os.environ.items() if k != "BENCH_PERF_SLOWDOWN"}
+        plain = {k: v for k, v in os.environ.items() if not k.startswith("BENCH_PERF_SLOWDOWN")}
         sides = {"base": (base_tree, plain), "new": (ROOT, dict(os.environ))}
         got: dict[str, list[perfgate.Launch]] = {"base": [], "new": []}
-        for i in range(args.launches):
+        print(f"perf: base {base_rev[:10]} vs the working tree, launched in pairs until decided "
+              f"(looks at {', '.join(map(str, perfgate.LOOKS))} pairs; budget {args.budget})",
+              flush=True)  # fmt: skip
+        start = time.monotonic()
+        for i in range(perfgate.LOOKS[-1]):
             order = ("base", "new") if i % 2 == 0 else ("new", "base")  # drift cancels in pairs
             for side in order:
                 tree, env = sides[side]
                 report = launch(tree, reports / f"{side}-{i}.json", env, args.pytest_args)
                 got[side].append(perfgate.Launch.read(report))
-        print(f"perf: base {base_rev[:10]} vs the working tree, {args.launches} launches each")
-        return verdict(got["base"], got["new"], args.threshold)
+            if stop(got, i + 1, time.monotonic() - start, args):
+                break
+        found = perfgate.sequential_changes(got["base"], got["new"], args.threshold)
+        speed = perfgate.machine_speed(got["base"], got["new"], pairs=True)
+        print(f"perf: {len(got['base'])} pairs in {time.monotonic() - start:.0f} s")
+        return verdict(found, speed, perfgate.confidence(), args.threshold)
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(base_tree)], cwd=ROOT,
                        capture_output=True)  # fmt: skip
         shutil.rmtree(work, ignore_errors=True)
 
 
-def verdict(base: list[perfgate.Launch], new: list[perfgate.Launch], threshold: float) -> int:
-    found = perfgate.changes(base, new)
-    print(perfgate.render(found, threshold, perfgate.machine_speed(base, new)))
-    bad = [c.name for c in found if c.regressed(threshold)]
+def stop(
+    got: dict[str, list[perfgate.Launch]], pairs: int, spent: float, args: argparse.Namespace
+) -> bool:
+    """At a look: stop when settled, or when the next look would overrun the budget."""
+    if pairs not in perfgate.LOOKS:
+        return False
+    found = perfgate.sequential_changes(got["base"], got["new"], args.threshold)
+    undecided = [c.name for c in found if c.outcome == perfgate.UNDECIDED]
+    print(f"perf: look at {pairs} pairs ({spent:.0f} s): "
+          + (f"{len(undecided)} undecided" if undecided else "every benchmark decided"),
+          flush=True)  # fmt: skip
+    if perfgate.settled(found):
+        return True
+    later = [k for k in perfgate.LOOKS if k > pairs]
+    if later and spent + (later[0] - pairs) * spent / pairs > args.budget_s:
+        print(f"perf: the next look ({later[0]} pairs) would overrun the budget ({args.budget})")
+        return True
+    return False
+
+
+def verdict(
+    found: list[perfgate.Change], speed: stats.Estimate | None, confidence: float,
+    threshold: float,
+) -> int:  # fmt: skip
+    print(perfgate.render(found, speed, confidence))
+    bad = [c.name for c in found if c.regressed]
     if bad:
         print(f"perf: REGRESSION beyond +{threshold:.0%}: {', '.join(bad)}")
         return 1
-    print(f"perf: no benchmark is slower by more than {threshold:.0%} for certain")
+    open_ = [c.name for c in found if c.outcome == perfgate.UNDECIDED]
+    if open_:
+        print(f"perf: no benchmark is slower by more than {threshold:.0%} for certain, but "
+              f"UNDECIDED: {', '.join(open_)} could still be (the machine was too noisy for "
+              "the budget: rerun on a quiet machine or with a longer --budget)")  # fmt: skip
+        return 0
+    print(f"perf: every benchmark is within +{threshold:.0%} for certain")
     return 0
 
 
@@ -130,7 +173,9 @@ def against_baseline(args: argparse.Namespace) -> int:
     if not perfgate.same_machine(base[0].machine, new[0].machine):
         sys.exit("perf: the baseline was saved on another machine, so it is not compared; make a "
                  "local one (scripts/perf.sh --save-baseline) or run the A/B check (scripts/perf.sh)")  # fmt: skip
-    return verdict(base, new, args.threshold)
+    found = perfgate.changes(base, new, args.threshold)
+    speed = perfgate.machine_speed(base, new)
+    return verdict(found, speed, stats.CONFIDENCE, args.threshold)
 
 
 def save_baseline(args: argparse.Namespace) -> int:
@@ -150,7 +195,14 @@ def main() -> int:
     where.add_argument("--base-file", metavar="FILE", help="A/B against the revision in FILE")
     where.add_argument("--baseline", action="store_true", help="against the baseline saved here")
     where.add_argument("--save-baseline", action="store_true", help="save this machine's baseline")
-    parser.add_argument("--launches", type=int, default=5, help="launches per side (default: 5)")
+    parser.add_argument(
+        "--launches", type=int, default=5,
+        help="with --baseline or --save-baseline: launches (default: 5)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--budget", default="8m",
+        help="A/B: no look is started that would end after this time (default: 8m)",
+    )  # fmt: skip
     parser.add_argument(
         "--threshold", type=float, default=perfgate.DEFAULT_THRESHOLD,
         help=f"regression when the whole interval is above +this (default: {perfgate.DEFAULT_THRESHOLD})",
@@ -158,6 +210,10 @@ def main() -> int:
     parser.add_argument("--keep", metavar="DIR", help="keep every launch's JSON report in DIR")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     args = parser.parse_args()
+    try:
+        args.budget_s = parse_budget(args.budget)
+    except InputError as exc:
+        parser.error(str(exc))
     if args.launches < 3:
         parser.error("--launches must be >= 3: fewer give no interval")
     if args.save_baseline:

@@ -8,9 +8,10 @@ caches, models) happens outside the timed rounds, and one warm-up round is run
 and discarded, so first-round effects (imports, cold caches, lazily built
 checkers) are in no round.
 
-BENCH_PERF_SLOWDOWN=F (a fraction, e.g. 0.3) makes every training step do F
+BENCH_PERF_SLOWDOWN=F (a fraction, e.g. 0.15) makes every training step do F
 times more work, a spin of F x the step's own median time: the slowdown the
 gate's calibration injects on purpose (docs/development.md).
+BENCH_PERF_SLOWDOWN_ENGINE=ddp limits it to that engine's steps.
 """
 
 from __future__ import annotations
@@ -90,9 +91,18 @@ def _spin(seconds: float) -> None:
         pass
 
 
-def _slowed(step: Any) -> Any:
-    """`step` with BENCH_PERF_SLOWDOWN x its median time of work added (test-only)."""
-    fraction = float(os.environ.get("BENCH_PERF_SLOWDOWN") or 0)
+def _slowdown(engine: Engine) -> float:
+    """The fraction of work BENCH_PERF_SLOWDOWN adds to this engine's step (test-only)."""
+    only = os.environ.get("BENCH_PERF_SLOWDOWN_ENGINE")
+    if only and only not in {e.value for e in Engine}:
+        raise ValueError(f"BENCH_PERF_SLOWDOWN_ENGINE={only!r} is not one of the engines")
+    if only and only != engine.value:
+        return 0.0
+    return float(os.environ.get("BENCH_PERF_SLOWDOWN") or 0)
+
+
+def _slowed(step: Any, fraction: float) -> Any:
+    """`step` with `fraction` x its median time of work added."""
     if fraction <= 0:
         return step
     times = []
@@ -130,10 +140,10 @@ def test_train_step(benchmark: Any, engine_adapter: EngineAdapter, model_name: s
             "model": model_name,
             "batch": 32,
             "versions": env.library_versions(),
-            "slowdown": float(os.environ.get("BENCH_PERF_SLOWDOWN") or 0),
+            "slowdown": _slowdown(engine_adapter.engine),
         }
     )
-    benchmark(_slowed(step))
+    benchmark(_slowed(step, _slowdown(engine_adapter.engine)))
 
 
 @pytest.fixture(scope="module")

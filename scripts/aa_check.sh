@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Real A/A decisions (docs/methodology.md#decided-not-only-measured): each engine against
+# itself under two labels (`bench run --aa`), lenet and mlp at 1 and 2 workers, decided
+# at +-5% by the sequential loop, 4 A/A pairs an engine, 12 a pass. Any "different"
+# between the two labels of one engine is a false positive of the loop, measured.
+#   bash scripts/aa_check.sh [OUT] [PASSES]     (OUT default results/aa-check; 2 passes)
+# Run it alone on the machine: anything else running is the noise it measures.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+out=${1:-results/aa-check}
+passes=${2:-2}
+budget=${AA_BUDGET:-6m}
+for pass in $(seq 1 "$passes"); do
+    for engine in ddp horovod paddle; do
+        .venv/bin/bench run --aa --engines "$engine" --models lenet,mlp --workers 1,2 \
+            --no-comm-cost --decide-at 5% --budget "$budget" --no-compare \
+            --results "$out/pass$pass/$engine"
+    done
+done
+for dir in "$out"/pass*/*; do
+    echo "== $dir"
+    .venv/bin/bench compare --decide-at 5% "$dir" | sed -n '/decided/,/^$/p'
+done
