@@ -54,8 +54,7 @@ BOOT = 10_000
 Z95 = 1.959963984540054
 
 
-def run(out: Path, rounds: int) -> None:
-    names = list(LEVERS)
+def run(out: Path, rounds: int, names: list[str]) -> None:
     for r in range(1, rounds + 1):
         turn = r % len(names)
         for lever in names[turn:] + names[:turn]:
@@ -162,11 +161,18 @@ def main() -> int:
     parser.add_argument("what", choices=["run", "table"])
     parser.add_argument("out", type=Path, help="the experiment's folder (one sub-folder a lever)")
     parser.add_argument("--rounds", type=int, default=12, help="launches a cell and lever (12)")
+    parser.add_argument(
+        "--levers", default=",".join(LEVERS), help=f"comma list (default: {','.join(LEVERS)})"
+    )
     args = parser.parse_args()
+    names = args.levers.split(",")
+    unknown = sorted(set(names) - set(LEVERS))
+    if unknown or "baseline" not in names:
+        parser.error(f"--levers takes baseline and any of {', '.join(LEVERS)}; got {args.levers}")
     if args.what == "run":
         if args.rounds < 3:
             parser.error("--rounds must be >= 3: fewer give no spread")
-        run(args.out, args.rounds)
+        run(args.out, args.rounds, names)
     print(table(args.out))
     return 0
 
