@@ -36,11 +36,11 @@ from typing import Any
 
 import numpy as np
 
-from bench.measure import stats
+from bench.measure import sequential, stats
 
 CALIBRATION = "test_calibration"
 DEFAULT_THRESHOLD = 0.10  # a change is a regression when the whole interval is above +10%
-ALPHA = 0.05
+ALPHA = sequential.ALPHA
 # Launch pairs at which the gate looks; a look needs 4 pairs: at 3 (2 degrees of freedom)
 # the interval at 99% is too wide to decide anything measured here.
 LOOKS = (4, 6, 8, 11, 16)
@@ -94,8 +94,9 @@ class Change:
 
 
 def confidence(alpha: float = ALPHA, looks: Sequence[int] = LOOKS) -> float:
-    """Each look's confidence: alpha spent evenly over the looks."""
-    return 1 - alpha / len(looks)
+    """Each look's confidence: alpha spent evenly over the gate's looks (Bonferroni, as
+    for bench run --decide-at)."""
+    return sequential.confidence(alpha, looks)
 
 
 def outcome_of(ratio: stats.Estimate, threshold: float) -> str:
