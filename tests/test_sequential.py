@@ -105,25 +105,78 @@ def _exactly(mean: float, sd: float, n: int, seed: int) -> tuple[float, ...]:
 
 
 def test_more_launches_are_what_a_later_look_needs_at_the_measured_variance() -> None:
+    """The projection, checked where it is exact: untrimmed (Welch's) intervals on
+    launches with exactly the measured means and variances."""
     a = sq.Side(_exactly(math.log(1.10), 0.1, 5, 1), 1.0)
     b = sq.Side(_exactly(0.0, 0.1, 5, 2), 1.0)
-    need = sq.more_launches(a, b, 0.05)
+    need = sq.more_launches(a, b, 0.05, trim=0.0)
     assert need is not None and sum(need) > 0
     assert a.n + b.n + sum(need) in sq.LOOKS
     # launches with exactly the measured means and variances decide at that look...
     na, nb = a.n + need[0], b.n + need[1]
     more_a, more_b = _exactly(math.log(1.10), 0.1, na, 3), _exactly(0.0, 0.1, nb, 4)
-    _, lo, hi = sq.interval(more_a, more_b, 1.0, sq.confidence())
+    _, lo, hi = sq.interval(more_a, more_b, 1.0, sq.confidence(), trim=0.0)
     assert sq.outcome(lo, hi, 0.05) == sq.DIFFERENT
     # ...and not at the look before it
     fewer = [n for n in sq.LOOKS if n < na + nb][-1] - (a.n + b.n)
     if fewer > 0:
         fa, fb = a.n + (fewer + 1) // 2, b.n + fewer // 2
-        _, lo, hi = sq.interval(more_a[:fa], more_b[:fb], 1.0, sq.confidence())
+        _, lo, hi = sq.interval(more_a[:fa], more_b[:fb], 1.0, sq.confidence(), trim=0.0)
         assert sq.outcome(lo, hi, 0.05) == sq.UNDECIDED
     # a ratio half-way inside the precision at 15% spread: no look within the schedule
     flat = sq.Side(_exactly(math.log(1.025), 0.15, 5, 5), 1.0)
     assert sq.more_launches(flat, b, 0.05) is None
+    assert sq.more_launches(flat, b, 0.05, trim=0.2) is None  # the spread is everywhere
+
+
+def test_the_trimmed_interval_is_yuens_and_welchs_where_nothing_is_cut() -> None:
+    """Against scipy's Yuen (trimmed Welch) test: the same t statistic and degrees of
+    freedom at every size, trimming 20% (one launch a side from five) or nothing."""
+    scipy_stats = pytest.importorskip("scipy.stats")  # scikit-learn's dependency: always here
+    rng = np.random.default_rng(11)
+    for n_a, n_b in [(3, 3), (5, 4), (7, 6), (10, 9), (14, 14), (21, 21)]:
+        a, b = rng.normal(0.05, 0.1, n_a), rng.standard_t(3, n_b) * 0.05
+        for trim in (0.2, 0.0):
+            ma, va, ha = sq.trimmed(a, trim)
+            mb, vb, hb = sq.trimmed(b, trim)
+            t = (ma - mb) / math.sqrt(va + vb)
+            df = (va + vb) ** 2 / (va**2 / (ha - 1) + vb**2 / (hb - 1))
+            ref = scipy_stats.ttest_ind(a, b, equal_var=False, trim=trim)
+            assert t == pytest.approx(ref.statistic, rel=1e-9)
+            assert df == pytest.approx(ref.df, rel=1e-9)
+            # the interval is that t's: its half-width is the quantile times the error
+            r, lo, hi = sq.interval(a, b, 1.0, 0.95, trim)
+            half = sq.stats.t_quantile(0.975, df) * math.sqrt(va + vb)
+            assert math.log(hi / r) == pytest.approx(half, rel=1e-6)
+            assert math.log(r / lo) == pytest.approx(half, rel=1e-6)
+
+
+def test_one_slow_launch_in_five_does_not_set_the_width() -> None:
+    """A/A launches that agree to 1% but for one launch 30% slow: Welch's interval (the
+    default) carries the slow one in full and decides nothing; Yuen's at 20% cuts it
+    and reads equivalent."""
+    a = _side([100, 101, 99, 100.5, 70, 99.5, 100.2])
+    b = _side([100, 99.8, 100.4, 99.6, 100.1, 100.3])
+    order = ["a", "b"] * 7
+    welch = sq.decide(a, b, order[:13], precision=0.05)
+    yuen = sq.decide(a, b, order[:13], precision=0.05, trim=0.2)
+    assert welch.outcome == sq.UNDECIDED
+    assert yuen.outcome == sq.EQUIVALENT and yuen.launches == 13
+    assert yuen.ratio == pytest.approx(1.0, abs=0.01)
+
+
+def test_a_slow_launch_among_the_first_three_does_not_give_the_pair_up() -> None:
+    """Trimmed: at three launches a side nothing can be cut, and the slow launch makes
+    every look out of reach; the pair is then asked for launches up to five a side
+    (where one is cut from each end), not abandoned as under Welch's. Beyond that, the
+    trimmed spread decides."""
+    a, b = _side([70, 100, 101]), _side([100.5, 71, 99.5])  # A/A, a slow launch each
+    assert sq.more_launches(a, b, 0.05) is None
+    assert sq.more_launches(a, b, 0.05, trim=0.2) == (2, 2)
+    a5, b5 = _side([70, 100, 101, 99.7, 100.2]), _side([100.5, 71, 99.5, 100.2, 99.9])
+    assert sq.more_launches(a5, b5, 0.05) is None
+    need = sq.more_launches(a5, b5, 0.05, trim=0.2)
+    assert need is not None and 0 < sum(need) <= 10
 
 
 # The distributions the error rates are checked on: log-normal at this machine's
@@ -141,15 +194,17 @@ DISTRIBUTIONS = {
 }
 
 
+@pytest.mark.parametrize("trim", [0.0, 0.2])
 @pytest.mark.parametrize("name", DISTRIBUTIONS)
-def test_error_rates_stay_within_five_percent_by_simulation(name: str) -> None:
-    rates = sq.simulate(DISTRIBUTIONS[name], 0.05, sequences=10_000)
-    print(f"{name}: {rates}")
+def test_error_rates_stay_within_five_percent_by_simulation(name: str, trim: float) -> None:
+    rates = sq.simulate(DISTRIBUTIONS[name], 0.05, sequences=10_000, trim=trim)
+    print(f"{name}, trim {trim}: {rates}")
     assert rates.false_different <= 0.05
     assert rates.false_equivalent <= 0.05
 
 
-def test_the_simulation_decides_as_the_replay_does() -> None:
+@pytest.mark.parametrize("trim", [0.0, 0.2])
+def test_the_simulation_decides_as_the_replay_does(trim: float) -> None:
     """`outcomes` (the simulation, many pairs at once) and `decide` (what compare and the
     loop use) must settle the same launches the same way: the simulated error rates are
     those of the decisions the suite prints."""
@@ -158,10 +213,12 @@ def test_the_simulation_decides_as_the_replay_does() -> None:
     spread = rng.choice([0.02, 0.1], (300, 1))
     a = rng.normal(0.0, 1.0, (300, half)) * spread + rng.choice([0.0, 0.05, 0.15], (300, 1))
     b = rng.normal(0.0, 1.0, (300, half)) * spread
-    fast = sq.outcomes(a, b, 0.05, sq.confidence())
+    fast = sq.outcomes(a, b, 0.05, sq.confidence(), trim=trim)
     order = ["a", "b"] * half
     slow = [
-        sq.decide(sq.Side(tuple(a[i]), 1.0), sq.Side(tuple(b[i]), 1.0), order, 0.05).outcome
+        sq.decide(
+            sq.Side(tuple(a[i]), 1.0), sq.Side(tuple(b[i]), 1.0), order, 0.05, trim=trim
+        ).outcome
         for i in range(300)
     ]
     assert len({*slow}) == 3  # the cases cover every outcome
