@@ -25,8 +25,8 @@ trimmed mean with its winsorized variance, so that one slow launch in 1 / trim i
 rather than setting the width of every look. It is not the default: on this suite's
 launches it decided more pairs only where slow launches were rare outliers, and fewer
 where launches were clean, as cutting costs degrees of freedom at a few launches a side
-(docs/methodology.md, "Typical launches"). `simulate` checks the error rates of either
-on launch distributions that are not log-normal.
+(docs/methodology.md, "An interval that cuts slow launches, tried"). `simulate` checks
+the error rates of either on launch distributions that are not log-normal.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class Side:
 @dataclasses.dataclass(frozen=True)
 class Decision:
     outcome: str  # DIFFERENT | EQUIVALENT | UNDECIDED
-    ratio: float  # exp(trimmed mean log a - trimmed mean log b - log scale), deciding look
+    ratio: float  # exp(mean log a - mean log b - log scale) at the deciding look (or trimmed)
     low: float | None
     high: float | None
     look: int  # looks taken (0: none yet)
@@ -108,8 +108,8 @@ def interval(
     conf: float = 0.95,
     trim: float = TRIM,
 ) -> tuple[float, float, float]:
-    """(ratio, low, high) of exp(trimmed mean a - trimmed mean b) / scale: Yuen's interval
-    on the logs (Welch's where too few launches to trim)."""
+    """(ratio, low, high) of exp(mean a - mean b) / scale, Welch's interval on the logs;
+    with trim > 0, Yuen's: the trimmed means (Welch's still where too few launches to cut)."""
     ma, va, ha = trimmed(a, trim)
     mb, vb, hb = trimmed(b, trim)
     diff = ma - mb - math.log(scale)
