@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import re
 import signal
@@ -10,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any, cast
 
 import pytest
@@ -30,6 +32,17 @@ NO_PROFILE = ["--profile-steps", "0"]
 # The environment the session started in: what the shared sweep runs with, whatever a
 # test or a module's fixture has set in this process by the time it is first asked for.
 SESSION_ENV = dict(os.environ)
+
+
+def script(name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """scripts/NAME.py imported as a module (the scripts are not a package), registered
+    for the test's duration only."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    spec.loader.exec_module(module)
+    return module
 
 
 def pytest_configure(config: pytest.Config) -> None:

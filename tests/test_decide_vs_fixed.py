@@ -4,28 +4,15 @@ Welch interval on the records' own throughputs."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
-from types import ModuleType
 
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, script
 
 EXPERIMENT = ROOT / "results" / "reference" / "decide-vs-fixed-2026-12-03" / "pass1"
-
-
-def _script(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    path = ROOT / "scripts" / "decide_vs_fixed.py"
-    spec = importlib.util.spec_from_file_location("decide_vs_fixed", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _logs(run: str, model: str, engine: str, workers: int) -> np.ndarray:
@@ -43,7 +30,7 @@ def test_each_head_to_heads_fixed_n_interval_is_welchs_on_its_records(
     monkeypatch: pytest.MonkeyPatch, run: str
 ) -> None:
     scipy_stats = pytest.importorskip("scipy.stats")  # scikit-learn's dependency: always here
-    table = _script(monkeypatch).settled(EXPERIMENT / run)
+    table = script("decide_vs_fixed", monkeypatch).settled(EXPERIMENT / run)
     heads = table[table["what"] == "head to head"]
     assert len(heads) == 12
     for _, row in heads.iterrows():

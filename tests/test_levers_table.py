@@ -4,28 +4,16 @@ records' own throughputs, parsed here without the suite's loaders."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import re
-import sys
-from types import ModuleType
 
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, script
 
 EXPERIMENT = ROOT / "results" / "reference" / "levers-2026-12-03"
-
-
-def _script(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    spec = importlib.util.spec_from_file_location("levers", ROOT / "scripts" / "levers.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _logs(lever: str, engine: str, workers: int) -> np.ndarray:
@@ -43,7 +31,7 @@ def _logs(lever: str, engine: str, workers: int) -> np.ndarray:
 def test_the_table_reads_each_levers_spread_from_its_records(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    levers = _script(monkeypatch)
+    levers = script("levers", monkeypatch)
     text = levers.table(EXPERIMENT)
     rows = re.findall(
         r"^\| (\w+) \| (\d) \| ([\w -]+?) \| (\d+) \| ([\d.]+)% \[([\d.]+)%, ([\d.]+)%\]",

@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT
-
-
-def _script(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    spec = importlib.util.spec_from_file_location("perf_table", ROOT / "scripts" / "perf_table.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)
-    spec.loader.exec_module(module)
-    return module
+from tests.conftest import script
 
 
 def _gate_run(folder: Path, slowdown: float, pairs: int, seed: int) -> None:
@@ -41,13 +30,13 @@ def _gate_run(folder: Path, slowdown: float, pairs: int, seed: int) -> None:
 def test_tables_replay_each_gate_run_and_the_csv_gives_them_again(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    script = _script(monkeypatch)
+    perf_table = script("perf_table", monkeypatch)
     _gate_run(tmp_path / "out" / "same-1", 0.0, 4, seed=1)
     _gate_run(tmp_path / "out" / "slow-1", 0.3, 4, seed=2)
     (tmp_path / "out" / "same-1.log").write_text("not a gate run's folder\n")
     csv = tmp_path / "minima.csv"
     monkeypatch.setattr(sys, "argv", ["perf_table", str(tmp_path / "out"), "--csv", str(csv)])
-    assert script.main() == 0
+    assert perf_table.main() == 0
     table = capsys.readouterr().out
     assert "| same 1 | 4 | pass |  |" in table
     assert "| slow 1 | 4 | FAIL | test_train_step[ddp-mlp] |" in table
@@ -56,14 +45,14 @@ def test_tables_replay_each_gate_run_and_the_csv_gives_them_again(
     rows = csv.read_text().splitlines()
     assert rows[0] == "kind,run,side,pair,benchmark,min_s" and len(rows) == 1 + 2 * 2 * 4 * 3
     monkeypatch.setattr(sys, "argv", ["perf_table", "--from-csv", str(csv)])
-    assert script.main() == 0
+    assert perf_table.main() == 0
     assert capsys.readouterr().out == table
 
 
 def test_a_folder_without_gate_runs_is_an_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    script = _script(monkeypatch)
+    perf_table = script("perf_table", monkeypatch)
     monkeypatch.setattr(sys, "argv", ["perf_table", str(tmp_path)])
     with pytest.raises(SystemExit, match="no gate runs found"):
-        script.main()
+        perf_table.main()
