@@ -4,12 +4,15 @@
 # engines, then a fixed-repeats sweep of as many launches, one after the other on the
 # same machine, PASSES times (the order alternates by pass). The table counts the
 # head-to-heads each settled (scripts/decide_vs_fixed.py).
-#   bash scripts/decide_vs_fixed.sh [OUT] [PASSES]     (OUT default results/decide-vs-fixed)
+#   bash scripts/decide_vs_fixed.sh [OUT] [PASSES] [FIRST]
+# (OUT default results/decide-vs-fixed; FIRST: the first pass to run, to add passes to
+# an earlier OUT)
 # Run it alone on the machine.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out=${1:-results/decide-vs-fixed}
 passes=${2:-1}
+first=${3:-1}
 budget=${DVF_BUDGET:-20m}
 sweep=(--engines ddp,horovod,paddle --models lenet,mlp --workers 1,2 --no-comm-cost --no-compare)
 cells=12
@@ -24,7 +27,7 @@ timed() {  # timed NAME DIR ARGS...: run bench run, keep its wall seconds beside
     .venv/bin/bench run "${sweep[@]}" --results "$dir" "$@"
     echo $(($(date +%s) - start)) > "$dir/wall-seconds"
 }
-for pass in $(seq 1 "$passes"); do
+for pass in $(seq "$first" "$passes"); do
     d="$out/pass$pass"
     if ((pass % 2)); then
         timed decide "$d/decide" --decide-at 5% --budget "$budget"
