@@ -12,10 +12,10 @@ import pytest
 
 from tests.conftest import ROOT, script
 
-EXPERIMENT = ROOT / "results" / "reference" / "decide-vs-fixed-2026-12-03" / "pass1"
+EXPERIMENT = ROOT / "results" / "reference" / "decide-vs-fixed-2026-12-03"
 
 
-def _logs(run: str, model: str, engine: str, workers: int) -> np.ndarray:
+def _logs(run: str, model: str, engine: str, workers: int) -> np.ndarray:  # run: passN/what
     out = []
     for line in (EXPERIMENT / run / "runs.jsonl").read_text().splitlines():
         r = json.loads(line)
@@ -25,7 +25,7 @@ def _logs(run: str, model: str, engine: str, workers: int) -> np.ndarray:
     return np.array(out)
 
 
-@pytest.mark.parametrize("run", ["decide", "fixed"])
+@pytest.mark.parametrize("run", ["pass1/decide", "pass1/fixed", "pass2/fixed", "pass2/decide"])
 def test_each_head_to_heads_fixed_n_interval_is_welchs_on_its_records(
     monkeypatch: pytest.MonkeyPatch, run: str
 ) -> None:
