@@ -151,11 +151,6 @@ def test_the_trimmed_interval_is_yuens_and_welchs_where_nothing_is_cut() -> None
             assert math.log(r / lo) == pytest.approx(half, rel=1e-6)
 
 
-def test_a_trim_that_leaves_no_spread_is_refused() -> None:
-    with pytest.raises(ValueError, match="keeps 1 of 3 launches"):
-        sq.trimmed([1.0, 2.0, 3.0], trim=0.4)
-
-
 def test_one_slow_launch_in_five_does_not_set_the_width() -> None:
     """A/A launches that agree to 1% but for one launch 30% slow: Welch's interval (the
     default) carries the slow one in full and decides nothing; Yuen's at 20% cuts it
