@@ -3,14 +3,17 @@
 # itself under two labels (`bench run --aa`), lenet and mlp at 1 and 2 workers, decided
 # at +-5% by the sequential loop, 4 A/A pairs an engine, 12 a pass. Any "different"
 # between the two labels of one engine is a false positive of the loop, measured.
-#   bash scripts/aa_check.sh [OUT] [PASSES]     (OUT default results/aa-check; 2 passes)
+#   bash scripts/aa_check.sh [OUT] [PASSES] [FIRST]
+# (OUT default results/aa-check; 2 passes; FIRST: the first pass to run, to add passes
+# to an earlier OUT)
 # Run it alone on the machine: anything else running is the noise it measures.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out=${1:-results/aa-check}
 passes=${2:-2}
+first=${3:-1}
 budget=${AA_BUDGET:-6m}
-for pass in $(seq 1 "$passes"); do
+for pass in $(seq "$first" "$passes"); do
     for engine in ddp horovod paddle; do
         .venv/bin/bench run --aa --engines "$engine" --models lenet,mlp --workers 1,2 \
             --no-comm-cost --decide-at 5% --budget "$budget" --no-compare \
