@@ -10,8 +10,8 @@ of docs/methodology.md, "An interval that cuts slow launches, tried".
    1 launch in 6 30% slow), then A/A pairs decided by 19, 28 and 94 launches.
 2. The same by 28 launches on the lever experiment's baseline cells
    (results/reference/levers-2026-12-03/baseline).
-3. Replayed on the real A/A check's launches (results/reference/aa-check-2026-12-03),
-   as the Welch loop allocated them: the A/A decisions each interval makes.
+3. Replayed on the real A/A check's launches (results/reference/aa-check-2026-12-03,
+   its first three passes), as the Welch loop allocated them: the A/A decisions each interval makes.
 """
 
 from __future__ import annotations
@@ -94,19 +94,18 @@ def main() -> int:
         by = " / ".join(f"{decided_by(logs, t, 28):.1%}" for t in TRIMS)
         print(f"| {engine} x{workers} | {logs.size} | {logs.std(ddof=1):.3f} | {by} |")
     counts = {trim: Counter() for trim in TRIMS}
-    for folder in sorted((REFERENCE / "aa-check-2026-12-03").glob("pass*/*")):
+    passes = sorted((REFERENCE / "aa-check-2026-12-03").glob("pass[123]/*"))  # as the docs quote
+    for folder in passes:
         for _, gdf in ok_launches(folder).groupby("model"):
             ok = decisions.usable(gdf)
             sides = decisions.Sides(ok)
             for pair in decisions.pairs(ok):
                 if pair.what != "head to head":
                     continue
-                a, b = sides(pair.a_rows), sides(pair.b_rows)
-                on_a = set(pair.a_rows)
-                order = ["a" if i in on_a else "b" for i in sorted({*pair.a_rows, *pair.b_rows})]
                 for trim in TRIMS:
-                    counts[trim][sq.decide(a, b, order, PRECISION, trim=trim).outcome] += 1
-    print("\nreal A/A pairs replayed (aa-check-2026-12-03):")
+                    found = decisions.decide(ok, pair, PRECISION, sides, trim=trim)
+                    counts[trim][found.outcome] += 1
+    print("\nreal A/A pairs replayed (aa-check-2026-12-03, passes 1-3):")
     for trim in TRIMS:
         print(f"  trim {trim}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts[trim].items())))
     return 0

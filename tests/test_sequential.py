@@ -9,6 +9,7 @@ import dataclasses
 import math
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import cast
 
@@ -77,6 +78,19 @@ def test_a_look_sees_only_the_launches_before_it() -> None:
         precision=0.05,
     )
     assert steady.outcome == sq.EQUIVALENT and steady.look == 1
+
+
+@pytest.mark.parametrize("trim", [0.0, 0.2])
+def test_a_side_of_one_launch_is_undecided_with_its_ratio_and_no_warning(trim: float) -> None:
+    """A pair with no look yet (one side failed twice, say) still reads a ratio in the
+    report: the sides' centres, with no spread computed from a single launch."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "degrees of freedom <= 0" fails the test
+        d = sq.decide(_side([120]), _side([100, 101, 99]), ["b", "b", "a", "b"], 0.05, trim=trim)
+    assert d.outcome == sq.UNDECIDED and d.low is None and d.high is None
+    assert d.ratio == pytest.approx(1.2, rel=1e-3) and d.launches == 4
+    five = [4.0, 4.3, 4.1, 3.2, 4.2]  # where there is a spread, the same centre as `trimmed`
+    assert sq.trimmed_mean(five, trim) == pytest.approx(sq.trimmed(five, trim)[0])
 
 
 def test_equivalence_needs_the_whole_interval_inside_the_precision() -> None:

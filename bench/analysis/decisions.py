@@ -97,14 +97,20 @@ def side(ok: pd.DataFrame, rows: tuple[int, ...]) -> Side:
 
 
 def decide(
-    ok: pd.DataFrame, pair: Pair, precision: float, sides: Sides | None = None
+    ok: pd.DataFrame,
+    pair: Pair,
+    precision: float,
+    sides: Sides | None = None,
+    trim: float = sequential.TRIM,
 ) -> sequential.Decision:
+    """The pair's sequential decision, its looks replayed in launch order (`trim`: the
+    interval's, as bench.measure.sequential takes it; Welch's by default)."""
     made = sides or Sides(ok)
     a, b = made(pair.a_rows), made(pair.b_rows)
     # record order is launch order: the frame keeps the order records were appended
     on_a = set(pair.a_rows)
     order = ["a" if i in on_a else "b" for i in sorted({*pair.a_rows, *pair.b_rows})]
-    return sequential.decide(a, b, order, precision, pair.scale)
+    return sequential.decide(a, b, order, precision, pair.scale, trim=trim)
 
 
 def _reading(pair: Pair, d: sequential.Decision, precision: float) -> str:

@@ -86,6 +86,14 @@ def trimmed(values: Sequence[float] | np.ndarray, trim: float = TRIM) -> tuple[f
     return float(mean[0]), float(se2[0]), h
 
 
+def trimmed_mean(values: Sequence[float], trim: float = TRIM) -> float:
+    """The mean of the launches a side's trimmed mean keeps: no spread, so that a side of
+    one launch (a pair with no look yet) has a centre without a variance of one value."""
+    s = sorted(values)
+    g = (len(s) - kept(len(s), trim)) // 2
+    return float(np.mean(s[g : len(s) - g]))
+
+
 def kept(n: int, trim: float = TRIM) -> int:
     """h: the launches of n that a side's trimmed mean keeps (floor(trim n) cut from each end)."""
     return n - 2 * math.floor(trim * n)
@@ -162,7 +170,7 @@ def decide(
             return last
     if last is not None:
         return dataclasses.replace(last, look=look, launches=a.n + b.n)
-    ratio = math.exp(trimmed(a.logs, trim)[0] - trimmed(b.logs, trim)[0] - math.log(scale))
+    ratio = math.exp(trimmed_mean(a.logs, trim) - trimmed_mean(b.logs, trim) - math.log(scale))
     return Decision(UNDECIDED, ratio, None, None, look, a.n + b.n, conf)
 
 
