@@ -385,6 +385,41 @@ def test_a_real_run_adds_launches_until_decided_and_compare_agrees(tmp_path: Pat
     assert f"{decided} of 1 pairs decided" in final, (final, table.to_string())
 
 
+def _launches(ddp: list[float], paddle: list[float], costs: tuple[float, float] = (5.0, 5.0)
+) -> pd.DataFrame:  # fmt: skip
+    """The frame columns the loop and the decided table read: ddp and paddle mlp x1
+    launches of these throughputs, each side's launches costing its seconds."""
+    rows = [
+        {
+            "engine": e,
+            "engine_name": e,
+            "aa": "",
+            "workers": 1,
+            "model": "mlp",
+            "single_node_engine": e,
+            "throughput": t,
+            "launch_s": cost,
+            "repeat": i,
+        }
+        for e, tput, cost in (("ddp", ddp, costs[0]), ("paddle", paddle, costs[1]))
+        for i, t in enumerate(tput)
+    ]
+    return pd.DataFrame(rows)
+
+
+def test_an_undecided_pair_says_the_launches_and_minutes_it_would_need() -> None:
+    ok = _launches([100, 120, 85], [80, 95, 70], costs=(6.0, 30.0))
+    (pair,) = decisions.pairs(ok)
+    sides = decisions.Sides(ok)
+    need = sq.more_launches(sides(pair.a_rows), sides(pair.b_rows), 0.05)
+    assert need is not None and need[0] > need[1]  # the cheaper side gets more
+    (row,) = decisions.rows(ok, 0.05).to_dict("records")
+    minutes = (need[0] * 6.0 + need[1] * 30.0) / 60
+    assert row["more launches"] == f"{need[0]} + {need[1]} ({minutes:.1f} min)"
+    far = decisions.rows(_launches([100, 130, 80], [95, 125, 85]), 0.05)
+    assert list(far["more launches"]) == ["beyond the last look"]
+
+
 def test_an_undecided_pair_gets_its_next_launch() -> None:
     """The loop's choice on constructed launches: an undecided pair gets one launch, a new
     repeat of one of its cells with that repeat's seed; a decided pair gets none."""
@@ -397,33 +432,15 @@ def test_an_undecided_pair_gets_its_next_launch() -> None:
     cfg = SweepConfig(engines=(Engine.DDP, Engine.PADDLE), workers=(1,), models=("mlp",))
     templates = [c for c in plan(cfg, RunSpec()) if c.repeat == 0]
 
-    def launches(ddp: list[float], paddle: list[float]) -> pd.DataFrame:
-        rows = [
-            {
-                "engine": e,
-                "engine_name": e,
-                "aa": "",
-                "workers": 1,
-                "model": "mlp",
-                "single_node_engine": e,
-                "throughput": t,
-                "launch_s": 5.0,
-                "repeat": i,
-            }
-            for e, tput in (("ddp", ddp), ("paddle", paddle))
-            for i, t in enumerate(tput)
-        ]
-        return pd.DataFrame(rows)
-
-    chosen, decided, total = choose(launches([100, 120, 85], [80, 95, 70]), templates, 0.05)
+    chosen, decided, total = choose(_launches([100, 120, 85], [80, 95, 70]), templates, 0.05)
     assert (decided, total, len(chosen)) == (0, 1, 1)
     cell = chosen[0].cell
     assert cell.engine in (Engine.DDP, Engine.PADDLE) and cell.repeat == 3
     assert cell.spec.seed == RunSpec().seed + 3 and cell.spec.model == "mlp"
-    chosen, decided, _ = choose(launches([100, 101, 99], [50, 51, 49]), templates, 0.05)
+    chosen, decided, _ = choose(_launches([100, 101, 99], [50, 51, 49]), templates, 0.05)
     assert chosen == [] and decided == 1
     # close means at a 20% spread: no look could settle it, so no launch is spent on it
-    chosen, decided, _ = choose(launches([100, 130, 80], [95, 125, 85]), templates, 0.05)
+    chosen, decided, _ = choose(_launches([100, 130, 80], [95, 125, 85]), templates, 0.05)
     assert chosen == [] and decided == 0
 
 

@@ -123,10 +123,17 @@ def _reading(pair: Pair, d: sequential.Decision, precision: float) -> str:
     return UNDECIDED
 
 
+def _more(need: tuple[int, int], a: Side, b: Side) -> str:
+    """Launches a side to add, and the minutes they would take at each side's launch cost
+    (what a --budget must leave for the pair alone)."""
+    minutes = (need[0] * a.launch_s + need[1] * b.launch_s) / 60
+    return f"{need[0]} + {need[1]} ({minutes:.1f} min)"
+
+
 def rows(ok: pd.DataFrame, precision: float) -> pd.DataFrame:
     """A row per pair: the ratio and interval at its deciding (or latest) look, what it
     reads, the launches and minutes it took, and for an undecided pair the launches a
-    side it would need at the measured variances."""
+    side it would need at the measured variances, and the minutes they would take."""
     out: list[dict[str, Any]] = []
     ok = usable(ok)
     sides = Sides(ok)
@@ -139,7 +146,7 @@ def rows(ok: pd.DataFrame, precision: float) -> pd.DataFrame:
             more = f"{sequential.MIN_SIDE} a side first"
         elif d.outcome == UNDECIDED:
             need = sequential.more_launches(a, b, precision, pair.scale)
-            more = f"{need[0]} + {need[1]}" if need else "beyond the last look"
+            more = _more(need, a, b) if need else "beyond the last look"
         interval = "-" if d.low is None else f"[{d.low:.3f}, {d.high:.3f}]"
         out.append(
             {
@@ -198,6 +205,7 @@ KEY = (
     f"at {sequential.confidence():.2%} at each of the looks taken at "
     f"{', '.join(map(str, sequential.LOOKS))} launches of the pair, so that stopping "
     "when decided stays within 5% wrong decisions; interval: at the deciding (or latest) "
-    "look; more launches: a + b to add at the measured variances "
-    "(docs/methodology.md#decided-not-only-measured)"
+    "look; more launches: a + b to add at the measured variances, and the minutes they "
+    "would take at the pair's launch costs; beyond the last look: even the last look "
+    "would not decide it (docs/methodology.md#decided-not-only-measured)"
 )
