@@ -22,9 +22,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import records  # noqa: E402
 from bench.analysis import decisions  # noqa: E402
-from bench.analysis.frame import frame  # noqa: E402
+from bench.analysis.frame import synced_launches  # noqa: E402
 from bench.measure import sequential  # noqa: E402
 
 PRECISION = 0.05
@@ -32,8 +31,7 @@ PRECISION = 0.05
 
 def settled(folder: Path) -> pd.DataFrame:
     """A row per pair: its replayed sequential outcome and its fixed-n 95% outcome."""
-    df = frame(records.load_summaries([records.results_file(folder)]).records)
-    df = df[(df["status"] == records.Status.OK) & df["grad_sync"].astype(bool)]
+    df = synced_launches(folder)
     rows = []
     for model, gdf in df.groupby("model", sort=True):
         ok = decisions.usable(gdf)
@@ -88,8 +86,7 @@ def summary(out: Path) -> str:
 
 
 def launches(folder: Path) -> int:
-    df = frame(records.load_summaries([records.results_file(folder)]).records)
-    return int((df["status"] == records.Status.OK).sum())
+    return len(synced_launches(folder))
 
 
 def main() -> int:

@@ -32,9 +32,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import records  # noqa: E402
 from bench.analysis import decisions, perfgate  # noqa: E402
-from bench.analysis.frame import frame  # noqa: E402
+from bench.analysis.frame import synced_launches  # noqa: E402
 from bench.measure import sequential  # noqa: E402
 
 PRECISION = 0.05
@@ -77,8 +76,7 @@ def decided_at(a: np.ndarray, b: np.ndarray, paired: bool) -> tuple[str, int]:
 
 def replay(folder: Path) -> pd.DataFrame:
     """A row per head-to-head of the folder with three blocks or more."""
-    df = frame(records.load_summaries([records.results_file(folder)]).records)
-    df = df[(df["status"] == records.Status.OK) & df["grad_sync"].astype(bool)]
+    df = synced_launches(folder)
     rows = []
     for model, gdf in df.groupby("model", sort=True):
         ok = decisions.usable(gdf)

@@ -21,14 +21,12 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import records  # noqa: E402
 from bench.analysis import decisions  # noqa: E402
-from bench.analysis.frame import frame  # noqa: E402
+from bench.analysis.frame import synced_launches  # noqa: E402
 from bench.measure import sequential as sq  # noqa: E402
 
 TRIMS = (0.0, 0.2)
@@ -67,11 +65,6 @@ def decided_by(logs: np.ndarray, trim: float, launches: int) -> float:
     return float(np.mean(out != sq.UNDECIDED))
 
 
-def ok_launches(folder: Path) -> pd.DataFrame:
-    df = frame(records.load_summaries([records.results_file(folder)]).records)
-    return df[(df["status"] == records.Status.OK) & df["grad_sync"].astype(bool)]
-
-
 def main() -> int:
     print(
         "| distribution | trim | false different | false equivalent | A/A decided by 19 / 28 / 94 launches |"
@@ -88,7 +81,7 @@ def main() -> int:
         "\n| lever baseline cell | launches | sd of log throughput | A/A decided by 28: Welch / trimmed |"
     )
     print("|---|---|---|---|")
-    base = ok_launches(REFERENCE / "levers-2026-12-03" / "baseline")
+    base = synced_launches(REFERENCE / "levers-2026-12-03" / "baseline")
     for (engine, workers), cell in base.groupby(["engine", "workers"]):
         logs = np.log(cell["throughput"].astype(float).to_numpy())
         by = " / ".join(f"{decided_by(logs, t, 28):.1%}" for t in TRIMS)
@@ -96,7 +89,7 @@ def main() -> int:
     counts = {trim: Counter() for trim in TRIMS}
     passes = sorted((REFERENCE / "aa-check-2026-12-03").glob("pass[123]/*"))  # as the docs quote
     for folder in passes:
-        for _, gdf in ok_launches(folder).groupby("model"):
+        for _, gdf in synced_launches(folder).groupby("model"):
             ok = decisions.usable(gdf)
             sides = decisions.Sides(ok)
             for pair in decisions.pairs(ok):

@@ -15,6 +15,7 @@ import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -178,6 +179,15 @@ def link_suffix(r: RunRecord) -> str:
     if not isinstance(link, dict) or not isinstance(link.get("rate_bps"), int):
         return ""
     return "/" + format_rate(link["rate_bps"]) + ("" if link.get("emulated") else " link")
+
+
+def synced_launches(folder: Path) -> pd.DataFrame:
+    """One results folder's ok launches that synchronised gradients, in record order:
+    what a head-to-head decision reads (a compute-only twin is no engine's throughput)."""
+    df = frame(records.load_summaries([records.results_file(folder)]).records)
+    if df.empty:
+        return df
+    return df[(df["status"] == Status.OK) & df["grad_sync"].astype(bool)]
 
 
 def frame(recs: Iterable[LoadedRecord], target: float = DEFAULT_TARGET) -> pd.DataFrame:

@@ -23,7 +23,7 @@ import pandas as pd
 
 from bench import records
 from bench.analysis import decisions
-from bench.analysis.frame import frame
+from bench.analysis.frame import synced_launches
 from bench.contract.spec import RunSpec
 from bench.core.units import clock
 from bench.measure import sequential
@@ -45,14 +45,12 @@ class Choice:
 def _ok_synced(results: Path, config: SweepConfig) -> pd.DataFrame:
     """The sweep's ok, synchronised launches, in record order: this machine's latest
     comparison group of each model (a results folder may hold other specs or machines)."""
-    df = frame(records.load_summaries([records.results_file(results)]).records)
+    df = synced_launches(results)
     if df.empty:
         return df
     engines = {e.value for e in config.engines}
     keep = (
-        (df["status"] == records.Status.OK)
-        & df["grad_sync"].astype(bool)
-        & df["engine_name"].isin(engines)
+        df["engine_name"].isin(engines)
         & df["workers"].isin(config.workers)
         & df["model"].isin(config.models)
     )
