@@ -15,8 +15,10 @@ at the same looks (the loop's schedule counted in launches a side: 3, 5, 7, 10, 
   the gate's own), which cancels what a block shares and pays for it in degrees of
   freedom (n - 1 against about 2n - 2).
 It prints a row per pair (a / b over its blocks, the paired sd against the unpaired,
-and the blocks at which each decided) and the totals. Matching is by repeat, fixed before any launch ran,
-never by outcome.
+and the blocks at which each decided) and the totals. Matching is by repeat, fixed
+before any launch ran, never by outcome. In a `--decide-at` run's folder only the first
+round's repeats are blocks in time: the launches the loop added later share a repeat
+number across engines without running back to back.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def blocks(ok: pd.DataFrame, pair: decisions.Pair) -> tuple[np.ndarray, np.ndarr
         return {
             int(r): math.log(float(t))
             for r, t in zip(side["repeat"], side["throughput"], strict=True)
-            if r is not None and counts[r] == 1
+            if pd.notna(r) and counts[r] == 1  # records without a repeat have no block
         }
 
     a, b = by_repeat(pair.a_rows), by_repeat(pair.b_rows)
