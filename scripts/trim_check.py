@@ -11,7 +11,8 @@ of docs/methodology.md, "An interval that cuts slow launches, tried".
 2. The same by 28 launches on the lever experiment's baseline cells
    (results/reference/levers-2026-12-03/baseline).
 3. Replayed on the real A/A check's launches (results/reference/aa-check-2026-12-03,
-   its first three passes), as the Welch loop allocated them: the A/A decisions each interval makes.
+   its first three passes), as the Welch loop allocated them: the A/A decisions each
+   interval makes.
 """
 
 from __future__ import annotations

@@ -206,6 +206,7 @@ KEY = (
     f"{', '.join(map(str, sequential.LOOKS))} launches of the pair, so that stopping "
     "when decided stays within 5% wrong decisions; interval: at the deciding (or latest) "
     "look; more launches: a + b to add at the measured variances, and the minutes they "
-    "would take at the pair's launch costs; beyond the last look: even the last look "
-    "would not decide it (docs/methodology.md#decided-not-only-measured)"
+    "would take at the pair's launch costs; beyond the last look: at the measured ratio "
+    "and spread, even the last look would not decide it "
+    "(docs/methodology.md#decided-not-only-measured)"
 )
