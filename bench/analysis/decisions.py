@@ -207,6 +207,7 @@ KEY = (
     "when decided stays within 5% wrong decisions; interval: at the deciding (or latest) "
     "look; more launches: a + b to add at the measured variances, and the minutes they "
     "would take at the pair's launch costs; beyond the last look: at the measured ratio "
-    "and spread, even the last look would not decide it "
+    "and spread, even the last look would not decide it (bench run --decide-at still "
+    "launches it while a ratio and spreads a standard error more favourable would) "
     "(docs/methodology.md#decided-not-only-measured)"
 )

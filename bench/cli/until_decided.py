@@ -4,8 +4,9 @@ After the sweep's first round (its repeats, three at least), each round re-reads
 records, decides every pair as `bench compare` does (bench/analysis/decisions.py) and
 launches one more run for each model with an undecided pair: the pair closest to a
 decision in seconds (at the measured variances), on its side that narrows the interval
-most per second. A pair that no allocation within the looks could decide gets nothing:
-it would swallow the budget and decide nothing. Rounds interleave the models and, pair
+most per second. A pair that no allocation within the looks could decide, even at a
+ratio and spreads a standard error more favourable than measured
+(`sequential.GIVE_UP_Z`), gets nothing: it would swallow the budget and decide nothing. Rounds interleave the models and, pair
 by pair, the engines, so the machine's drift spreads over every side. It stops when
 nothing more can be decided or the next round would overrun the budget.
 """
@@ -92,7 +93,13 @@ def choose(
                 decided += 1
                 continue
             a, b = sides(pair.a_rows), sides(pair.b_rows)
-            need = sequential.more_launches(a, b, precision, pair.scale)
+            # the launches at the measured ratio and spreads; where those put every look
+            # out of reach, at more favourable ones a few launches cannot rule out
+            need = sequential.more_launches(a, b, precision, pair.scale) or (
+                sequential.more_launches(
+                    a, b, precision, pair.scale, optimism=sequential.GIVE_UP_Z
+                )
+            )
             if need is None:
                 continue
             seconds = need[0] * a.launch_s + need[1] * b.launch_s
