@@ -501,6 +501,54 @@ def test_an_undecided_pair_gets_its_next_launch() -> None:
     assert chosen == [] and decided == 0
 
 
+def test_a_pair_within_reach_at_its_measured_values_goes_first() -> None:
+    """Three engines: horovod / paddle is within reach at its measured values (18 + 18
+    launches); ddp against either only at a ratio and spreads a standard error more
+    favourable, where it would need fewer (7 + 6). The launch goes to the first: the
+    favourable count is a hope, not a cost."""
+    from bench.cli.until_decided import choose
+    from bench.contract.spec import RunSpec
+    from bench.engines import Engine
+    from bench.sweep.cells import plan
+    from bench.sweep.config import SweepConfig
+
+    by_engine = {"ddp": [100, 110, 92], "paddle": [97, 104, 92], "horovod": [98, 101, 95]}
+    ok = pd.DataFrame(
+        {
+            "engine": e,
+            "engine_name": e,
+            "aa": "",
+            "workers": 1,
+            "model": "mlp",
+            "single_node_engine": e,
+            "throughput": t,
+            "launch_s": 5.0,
+            "repeat": i,
+        }
+        for e, tput in by_engine.items()
+        for i, t in enumerate(tput)
+    )
+    sides = decisions.Sides(ok)
+    need = {
+        p.name: (
+            sq.more_launches(sides(p.a_rows), sides(p.b_rows), 0.05),
+            sq.more_launches(sides(p.a_rows), sides(p.b_rows), 0.05, optimism=sq.GIVE_UP_Z),
+        )
+        for p in decisions.pairs(ok)
+    }
+    hopeful = [name for name, (measured, _) in need.items() if measured is None]
+    assert sorted(hopeful) == ["ddp / horovod x1", "ddp / paddle x1"]
+    within = need["horovod / paddle x1"]
+    assert within[0] is not None and all(
+        sum(within[0]) > sum(need[name][1] or (99, 99)) for name in hopeful
+    )
+    cfg = SweepConfig(engines=tuple(Engine(e) for e in by_engine), workers=(1,), models=("mlp",))
+    templates = [c for c in plan(cfg, RunSpec()) if c.repeat == 0]
+    chosen, decided, total = choose(ok, templates, 0.05)
+    assert (decided, total) == (0, 3)
+    assert [c.pair for c in chosen] == ["horovod / paddle x1"]
+
+
 def test_an_aa_sweep_runs_every_cell_as_two_engines() -> None:
     from bench.contract.spec import RunSpec
     from bench.engines import Engine

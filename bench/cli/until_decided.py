@@ -3,12 +3,14 @@
 After the sweep's first round (its repeats, three at least), each round re-reads the
 records, decides every pair as `bench compare` does (bench/analysis/decisions.py) and
 launches one more run for each model with an undecided pair: the pair closest to a
-decision in seconds (at the measured variances), on its side that narrows the interval
-most per second. A pair that no allocation within the looks could decide, even at a
+decision in seconds (at the measured variances; a pair only within reach at more
+favourable ones comes after every other), on its side that narrows the interval most
+per second. A pair that no allocation within the looks could decide, even at a
 ratio and spreads a standard error more favourable than measured
-(`sequential.GIVE_UP_Z`), gets nothing: it would swallow the budget and decide nothing. Rounds interleave the models and, pair
-by pair, the engines, so the machine's drift spreads over every side. It stops when
-nothing more can be decided or the next round would overrun the budget.
+(`sequential.GIVE_UP_Z`), gets nothing: it would swallow the budget and decide nothing.
+Rounds interleave the models and, pair by pair, the engines, so the machine's drift
+spreads over every side. It stops when nothing more can be decided or the next round
+would overrun the budget.
 """
 
 from __future__ import annotations
@@ -84,7 +86,9 @@ def choose(
     counts (decided, all) of pairs."""
     chosen, decided, total = [], 0, 0
     for _, gdf in ok.groupby("model", sort=True):
-        best: tuple[float, Choice] | None = None
+        # (only hopeful, seconds): a pair within reach at its measured values comes before
+        # one that is only at more favourable values, whose launches would be too few
+        best: tuple[tuple[bool, float], Choice] | None = None
         sides = decisions.Sides(decisions.usable(gdf))
         for pair in decisions.pairs(gdf):
             total += 1
@@ -95,14 +99,15 @@ def choose(
             a, b = sides(pair.a_rows), sides(pair.b_rows)
             # the launches at the measured ratio and spreads; where those put every look
             # out of reach, at more favourable ones a few launches cannot rule out
-            need = sequential.more_launches(a, b, precision, pair.scale) or (
-                sequential.more_launches(
+            need = sequential.more_launches(a, b, precision, pair.scale)
+            hopeful = need is None
+            if need is None:
+                need = sequential.more_launches(
                     a, b, precision, pair.scale, optimism=sequential.GIVE_UP_Z
                 )
-            )
             if need is None:
                 continue
-            seconds = need[0] * a.launch_s + need[1] * b.launch_s
+            key = (hopeful, need[0] * a.launch_s + need[1] * b.launch_s)
             side = sequential.next_side(a, b)
             if side == "a":
                 engine, workers, launch_s = pair.a, pair.workers, a.launch_s
@@ -110,8 +115,8 @@ def choose(
                 workers = 1 if pair.what == "efficiency" else pair.workers
                 engine, launch_s = pair.b, b.launch_s
             cell = _cell_for(templates, engine, workers, gdf)
-            if best is None or seconds < best[0]:
-                best = (seconds, Choice(cell, pair.name, launch_s))
+            if best is None or key < best[0]:
+                best = (key, Choice(cell, pair.name, launch_s))
         if best is not None:
             chosen.append(best[1])
     return chosen, decided, total
