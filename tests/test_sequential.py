@@ -10,6 +10,7 @@ import math
 import subprocess
 import sys
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import cast
 
@@ -434,6 +435,11 @@ def _launches(ddp: list[float], paddle: list[float], costs: tuple[float, float] 
 ) -> pd.DataFrame:  # fmt: skip
     """The frame columns the loop and the decided table read: ddp and paddle mlp x1
     launches of these throughputs, each side's launches costing its seconds."""
+    return _engines_launches({"ddp": (ddp, costs[0]), "paddle": (paddle, costs[1])})
+
+
+def _engines_launches(by_engine: dict[str, tuple[Sequence[float], float]]) -> pd.DataFrame:
+    """mlp x1 launches of each engine: its throughputs and the seconds a launch costs."""
     rows = [
         {
             "engine": e,
@@ -446,7 +452,7 @@ def _launches(ddp: list[float], paddle: list[float], costs: tuple[float, float] 
             "launch_s": cost,
             "repeat": i,
         }
-        for e, tput, cost in (("ddp", ddp, costs[0]), ("paddle", paddle, costs[1]))
+        for e, (tput, cost) in by_engine.items()
         for i, t in enumerate(tput)
     ]
     return pd.DataFrame(rows)
@@ -513,21 +519,7 @@ def test_a_pair_within_reach_at_its_measured_values_goes_first() -> None:
     from bench.sweep.config import SweepConfig
 
     by_engine = {"ddp": [100, 110, 92], "paddle": [97, 104, 92], "horovod": [98, 101, 95]}
-    ok = pd.DataFrame(
-        {
-            "engine": e,
-            "engine_name": e,
-            "aa": "",
-            "workers": 1,
-            "model": "mlp",
-            "single_node_engine": e,
-            "throughput": t,
-            "launch_s": 5.0,
-            "repeat": i,
-        }
-        for e, tput in by_engine.items()
-        for i, t in enumerate(tput)
-    )
+    ok = _engines_launches({e: (tput, 5.0) for e, tput in by_engine.items()})
     sides = decisions.Sides(ok)
     need = {
         p.name: (
