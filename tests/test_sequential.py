@@ -483,12 +483,12 @@ def test_an_undecided_pair_gets_its_next_launch() -> None:
     cfg = SweepConfig(engines=(Engine.DDP, Engine.PADDLE), workers=(1,), models=("mlp",))
     templates = [c for c in plan(cfg, RunSpec()) if c.repeat == 0]
 
-    chosen, decided, total = choose(_launches([100, 120, 85], [80, 95, 70]), templates, 0.05)
+    chosen, decided, total, _ = choose(_launches([100, 120, 85], [80, 95, 70]), templates, 0.05)
     assert (decided, total, len(chosen)) == (0, 1, 1)
     cell = chosen[0].cell
     assert cell.engine in (Engine.DDP, Engine.PADDLE) and cell.repeat == 3
     assert cell.spec.seed == RunSpec().seed + 3 and cell.spec.model == "mlp"
-    chosen, decided, _ = choose(_launches([100, 101, 99], [50, 51, 49]), templates, 0.05)
+    chosen, decided, _, _ = choose(_launches([100, 101, 99], [50, 51, 49]), templates, 0.05)
     assert chosen == [] and decided == 1
     # 9% apart at 3 a side, 9% spread: out of reach at the measured ratio and spreads, not
     # at ones a standard error more favourable, so the pair gets its launch
@@ -496,14 +496,16 @@ def test_an_undecided_pair_gets_its_next_launch() -> None:
     (pair,) = decisions.pairs(close)
     sides = decisions.Sides(close)
     assert sq.more_launches(sides(pair.a_rows), sides(pair.b_rows), 0.05) is None
-    chosen, decided, _ = choose(close, templates, 0.05)
+    chosen, decided, _, _ = choose(close, templates, 0.05)
     assert len(chosen) == 1 and decided == 0
     # close means at a 20% spread: at 3 a side a ratio of 1.2 is not ruled out, so the
     # pair gets launches; at 12 a side no plausible ratio and spread is within reach of a
     # look, so no launch is spent on it
-    chosen, _, _ = choose(_launches([100, 130, 80], [95, 125, 85]), templates, 0.05)
+    chosen, _, _, _ = choose(_launches([100, 130, 80], [95, 125, 85]), templates, 0.05)
     assert len(chosen) == 1
-    chosen, decided, _ = choose(_launches([100, 130, 80] * 4, [95, 125, 85] * 4), templates, 0.05)
+    chosen, decided, _, _ = choose(
+        _launches([100, 130, 80] * 4, [95, 125, 85] * 4), templates, 0.05
+    )
     assert chosen == [] and decided == 0
 
 
@@ -536,9 +538,55 @@ def test_a_pair_within_reach_at_its_measured_values_goes_first() -> None:
     )
     cfg = SweepConfig(engines=tuple(Engine(e) for e in by_engine), workers=(1,), models=("mlp",))
     templates = [c for c in plan(cfg, RunSpec()) if c.repeat == 0]
-    chosen, decided, total = choose(ok, templates, 0.05)
+    chosen, decided, total, _ = choose(ok, templates, 0.05)
     assert (decided, total) == (0, 3)
     assert [c.pair for c in chosen] == ["horovod / paddle x1"]
+
+
+def test_a_pair_the_budget_left_cannot_settle_gives_way() -> None:
+    """The same three engines at 5 s a launch. horovod / paddle needs 18 + 18 launches
+    at its measured values (180 s), 11 + 11 at favourable ones; each ddp pair 7 + 6,
+    only at favourable ones. With 180 s left horovod / paddle goes first; with less,
+    it is only a hope like the others and the cheapest hope goes first; with less than
+    its favourable 110 s it is counted past the budget, and with less than any pair's
+    favourable launches no launch is spent at all."""
+    from bench.cli.until_decided import _why_none, choose
+    from bench.contract.spec import RunSpec
+    from bench.engines import Engine
+    from bench.sweep.cells import plan
+    from bench.sweep.config import SweepConfig
+
+    by_engine = {"ddp": [100, 110, 92], "paddle": [97, 104, 92], "horovod": [98, 101, 95]}
+    ok = _engines_launches({e: (tput, 5.0) for e, tput in by_engine.items()})
+    sides = decisions.Sides(ok)
+    seconds = {}  # pair: (measured, favourable) seconds of launches, None out of reach
+    for p in decisions.pairs(ok):
+        a, b = sides(p.a_rows), sides(p.b_rows)
+        needs = (
+            sq.more_launches(a, b, 0.05),
+            sq.more_launches(a, b, 0.05, optimism=sq.GIVE_UP_Z),
+        )
+        seconds[p.name] = tuple(None if n is None else 5.0 * sum(n) for n in needs)
+    within, ddp = "horovod / paddle x1", ["ddp / horovod x1", "ddp / paddle x1"]
+    (measured, hope), cheapest = seconds[within], min(seconds[n][1] or 0 for n in ddp)
+    assert measured is not None and hope is not None
+    assert all(seconds[n][0] is None for n in ddp) and 0 < cheapest < hope < measured
+    cfg = SweepConfig(engines=tuple(Engine(e) for e in by_engine), workers=(1,), models=("mlp",))
+    templates = [c for c in plan(cfg, RunSpec()) if c.repeat == 0]
+
+    def pairs_chosen(left_s: float) -> tuple[list[str], int]:
+        chosen, decided, total, past_budget = choose(ok, templates, 0.05, left_s)
+        assert (decided, total) == (0, 3)
+        return [c.pair for c in chosen], past_budget
+
+    assert pairs_chosen(measured) == ([within], 0)
+    (first,), past = pairs_chosen(measured - 1)
+    assert first in ddp and past == 0
+    (first,), past = pairs_chosen(hope - 1)
+    assert first in ddp and past == 1
+    assert pairs_chosen(cheapest - 1) == ([], 3)
+    why = _why_none(0, 3, 3, cheapest - 1)  # what the loop then prints as it stops
+    assert why.startswith("no more can be decided within the budget: 3 would need more")
 
 
 def test_an_aa_sweep_runs_every_cell_as_two_engines() -> None:

@@ -8,6 +8,8 @@ favourable ones comes after every other), on its side that narrows the interval 
 per second. A pair that no allocation within the looks could decide, even at a
 ratio and spreads a standard error more favourable than measured
 (`sequential.GIVE_UP_Z`), gets nothing: it would swallow the budget and decide nothing.
+Nor does a pair whose launches, even at those values, would cost more than the budget
+has left: the minutes go to a pair they can still settle.
 Rounds interleave the models and, pair by pair, the engines, so the machine's drift
 spreads over every side. It stops when nothing more can be decided or the next round
 would overrun the budget.
@@ -16,11 +18,12 @@ would overrun the budget.
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import NamedTuple, TextIO
 
 import pandas as pd
 
@@ -43,6 +46,13 @@ class Choice:
     cell: Cell
     pair: str
     seconds: float  # what the launch is expected to cost
+
+
+class Round(NamedTuple):
+    chosen: list[Choice]  # one launch per model with a pair that can still be decided
+    decided: int
+    total: int
+    past_budget: int  # undecided pairs within reach of a look, but not of the budget left
 
 
 def _ok_synced(results: Path, config: SweepConfig) -> pd.DataFrame:
@@ -79,12 +89,16 @@ def _cell_for(templates: list[Cell], variant: str, workers: int, gdf: pd.DataFra
     return dataclasses.replace(template, repeat=repeat, spec=template.spec.replace(seed=seed))
 
 
+def _seconds(need: tuple[int, int], a: sequential.Side, b: sequential.Side) -> float:
+    return need[0] * a.launch_s + need[1] * b.launch_s
+
+
 def choose(
-    ok: pd.DataFrame, templates: list[Cell], precision: float
-) -> tuple[list[Choice], int, int]:
-    """One launch per model with an undecided pair that can still be decided, and the
-    counts (decided, all) of pairs."""
-    chosen, decided, total = [], 0, 0
+    ok: pd.DataFrame, templates: list[Cell], precision: float, left_s: float = math.inf
+) -> Round:
+    """One launch per model with an undecided pair that can still be decided within the
+    looks and the `left_s` seconds of budget, and the counts of pairs."""
+    chosen, decided, total, past_budget = [], 0, 0, 0
     for _, gdf in ok.groupby("model", sort=True):
         # (only hopeful, seconds): a pair within reach at its measured values comes before
         # one that is only at more favourable values, whose launches would be too few
@@ -97,17 +111,22 @@ def choose(
                 decided += 1
                 continue
             a, b = sides(pair.a_rows), sides(pair.b_rows)
+
             # the launches at the measured ratio and spreads; where those put every look
-            # out of reach, at more favourable ones a few launches cannot rule out
+            # (or the budget) out of reach, at more favourable ones a few launches cannot
+            # rule out
             need = sequential.more_launches(a, b, precision, pair.scale)
-            hopeful = need is None
-            if need is None:
+            hopeful = need is None or _seconds(need, a, b) > left_s
+            if hopeful:
                 need = sequential.more_launches(
                     a, b, precision, pair.scale, optimism=sequential.GIVE_UP_Z
                 )
             if need is None:
                 continue
-            key = (hopeful, need[0] * a.launch_s + need[1] * b.launch_s)
+            if _seconds(need, a, b) > left_s:
+                past_budget += 1
+                continue
+            key = (hopeful, _seconds(need, a, b))
             side = sequential.next_side(a, b)
             if side == "a":
                 engine, workers, launch_s = pair.a, pair.workers, a.launch_s
@@ -119,7 +138,19 @@ def choose(
                 best = (key, Choice(cell, pair.name, launch_s))
         if best is not None:
             chosen.append(best[1])
-    return chosen, decided, total
+    return Round(chosen, decided, total, past_budget)
+
+
+def _why_none(decided: int, total: int, past_budget: int, left_s: float) -> str:
+    """Why a round chose no launch."""
+    if decided == total:
+        return "every pair decided"
+    if past_budget:
+        return (
+            f"no more can be decided within the budget: {past_budget} would need more "
+            f"than the {clock(left_s)} left"
+        )
+    return "no more can be decided within the looks"
 
 
 def run(
@@ -140,15 +171,12 @@ def run(
     failures = 0
     while True:
         ok = _ok_synced(results, config)
-        chosen, decided, total = choose(ok, templates, precision)
         spent = time.monotonic() - start
+        left_s = math.inf if budget_s is None else budget_s - spent
+        chosen, decided, total, past_budget = choose(ok, templates, precision, left_s)
         status = f"{decided} of {total} pairs decided at +-{precision:.0%} after {clock(spent)}"
         if not chosen:
-            why = (
-                "every pair decided"
-                if decided == total
-                else "no more can be decided within the looks"
-            )
+            why = _why_none(decided, total, past_budget, left_s)
             print(f"bench run --decide-at: {status}; {why}", file=say, flush=True)
             return outcomes
         cost = sum(c.seconds for c in chosen)
