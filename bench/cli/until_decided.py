@@ -111,7 +111,6 @@ def choose(
                 decided += 1
                 continue
             a, b = sides(pair.a_rows), sides(pair.b_rows)
-
             # the launches at the measured ratio and spreads; where those put every look
             # (or the budget) out of reach, at more favourable ones a few launches cannot
             # rule out
@@ -148,7 +147,7 @@ def _why_none(decided: int, total: int, past_budget: int, left_s: float) -> str:
     if past_budget:
         return (
             f"no more can be decided within the budget: {past_budget} would need more "
-            f"than the {clock(left_s)} left"
+            f"than the {clock(max(left_s, 0.0))} left"
         )
     return "no more can be decided within the looks"
 
