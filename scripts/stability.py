@@ -3,6 +3,8 @@
 
     .venv/bin/python scripts/stability.py --idle 3 --busy 1 --quota 1 --out stability/
 
+Each run uses as many pytest processes as scripts/test.sh, CI's command (--processes).
+
 Modes:
   idle    nothing else runs
   busy    two neighbour processes spin on the CPUs for the whole run
@@ -102,12 +104,19 @@ def main() -> int:
     parser.add_argument("--busy", type=int, default=1, help="runs beside two busy neighbours")
     parser.add_argument("--quota", type=int, default=1, help="runs with half the CPUs (root)")
     parser.add_argument("--out", default="stability", help="where reports go")
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=int(os.environ.get("BENCH_TEST_PROCESSES", "2")),
+        help="pytest-xdist workers, as scripts/test.sh runs (0: one process; default: 2)",
+    )
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     args = parser.parse_args()
     if args.quota and os.geteuid() != 0:
         parser.error("--quota needs root (it makes a cgroup); use --quota 0")
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    pytest_args = ["-n", str(args.processes), "--dist", "loadfile", *args.pytest_args]
     plan = [("idle", i) for i in range(args.idle)] + [("busy", i) for i in range(args.busy)]
     plan += [("quota", i) for i in range(args.quota)]
     rows, counts = [], {mode: Counter[str]() for mode in ("idle", "busy", "quota")}
@@ -116,12 +125,12 @@ def main() -> int:
         print(f"stability: {name} ...", flush=True)
         if mode == "busy":
             with busy_neighbours():
-                seconds = run_suite(out, name, [], args.pytest_args)
+                seconds = run_suite(out, name, [], pytest_args)
         elif mode == "quota":
             with half_the_cpus() as prefix:
-                seconds = run_suite(out, name, prefix, args.pytest_args)
+                seconds = run_suite(out, name, prefix, pytest_args)
         else:
-            seconds = run_suite(out, name, [], args.pytest_args)
+            seconds = run_suite(out, name, [], pytest_args)
         total, bad = failures(out / f"{name}.xml")
         counts[mode].update(bad)
         rows.append(f"| {name} | {total} | {len(bad)} | {seconds / 60:.1f} |")

@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
 # Set up .venv if needed, then run every check CI runs: lint, types, layering, tests.
-# Extra arguments go to pytest (e.g. scripts/test.sh -m "not distributed").
+# Extra arguments go to pytest (e.g. scripts/test.sh -m "not distributed"; -n 0 runs
+# the tests in this one process).
+#
+# Two processes, a test file each at a time: the suite spends half its time waiting
+# (daemons starting, rendezvous, time-outs), so two cores run it in about half the
+# time (docs/development.md#where-the-suites-time-goes). Two, not one per core: every
+# file's launches start two or more processes of their own. BENCH_TEST_PROCESSES sets it.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
@@ -8,4 +14,4 @@ bash scripts/setup.sh
 .venv/bin/ruff format --check .
 .venv/bin/mypy
 .venv/bin/lint-imports  # the layering contracts in pyproject.toml
-exec .venv/bin/python -m pytest "$@"
+exec .venv/bin/python -m pytest -n "${BENCH_TEST_PROCESSES:-2}" --dist loadfile "$@"

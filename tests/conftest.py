@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import importlib.util
 import os
+import pickle
 import re
+import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import pytest
 
@@ -32,6 +35,7 @@ NO_PROFILE = ["--profile-steps", "0"]
 # The environment the session started in: what the shared sweep runs with, whatever a
 # test or a module's fixture has set in this process by the time it is first asked for.
 SESSION_ENV = dict(os.environ)
+T = TypeVar("T")
 
 
 def script(name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
@@ -223,11 +227,43 @@ def _restore_environment() -> Iterator[None]:
         os.environ.update(saved)
 
 
+def once_per_run(factory: pytest.TempPathFactory, name: str, build: Callable[[Path], T]) -> T:
+    """`build(folder)` once for the whole test run, however many processes run it.
+
+    Under pytest-xdist (scripts/test.sh runs two) every worker has a session of its
+    own, so a session fixture would be built once per worker: the shared sweep twice,
+    each slowed by the other. The first worker to ask builds it in the run's temporary
+    root, which the workers share, holding a lock there; the others wait on the lock
+    and load what it left (pickled, beside the folder, so no reader of the folder
+    sees it). A build that failed left no pickle: the next worker to ask builds again.
+    """
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return build(factory.mktemp(name))
+    root = factory.getbasetemp().parent  # the run's; each worker's is a folder in it
+    with (root / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        built = root / f"{name}.pickle"
+        if built.exists():
+            return cast(T, pickle.loads(built.read_bytes()))
+        folder = root / name
+        shutil.rmtree(folder, ignore_errors=True)  # what a failed build left
+        folder.mkdir()
+        value = build(folder)
+        part = built.with_suffix(".part")
+        part.write_bytes(pickle.dumps(value))
+        part.replace(built)  # whole or absent, should this process die mid-write
+        return value
+
+
 @pytest.fixture(scope="session")
 def shared_sweep(tmp_path_factory: pytest.TempPathFactory) -> shared.SharedSweep:
     """The session's sweep of every engine's short mlp runs (tests/shared_sweep.py says
     what it holds and who reads it), launched the first time a test asks for it."""
-    sweep = shared.SharedSweep.prepare(tmp_path_factory.mktemp("shared-sweep"))
+    return once_per_run(tmp_path_factory, "shared-sweep", _shared_sweep)
+
+
+def _shared_sweep(folder: Path) -> shared.SharedSweep:
+    sweep = shared.SharedSweep.prepare(folder)
     env = {**SESSION_ENV, **sweep.environment()}
     out, err = [], []
     for command in shared.COMMANDS:
@@ -259,7 +295,10 @@ BUSY_SWEEP += ("--epochs", "1", "--repeats", "1", "--no-compare", "--profile-ste
 def busy_neighbour_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """BUSY_SWEEP's results folder: one run beside two busy neighbours, whose record the
     contention measure must flag and the breakdown must call CPU-contended."""
-    results = tmp_path_factory.mktemp("busy-neighbour")
+    return once_per_run(tmp_path_factory, "busy-neighbour", _busy_neighbour_run)
+
+
+def _busy_neighbour_run(results: Path) -> Path:
     burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
         proc = run_bench("run", "--results", str(results), *BUSY_SWEEP, timeout=300)
@@ -283,7 +322,10 @@ def resnet18_two_workers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
     """ResNet-18 (BatchNorm) at 2 workers under every engine, by engine name, on CIFAR-10
     files written here (120 training images: 7 steps at 2x8): test_cifar_distributed reads
     the data every engine saw, test_resnet_distributed what BatchNorm and the engines did."""
-    root = tmp_path_factory.mktemp("cifar")
+    return once_per_run(tmp_path_factory, "cifar", _resnet18_two_workers)
+
+
+def _resnet18_two_workers(root: Path) -> dict[str, dict[str, Any]]:
     write_cifar(root / "cifar-10-batches-bin", per_file=24)
     # sharded across ranks: the case where the pixels could differ
     return {
