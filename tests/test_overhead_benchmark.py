@@ -59,5 +59,8 @@ def test_turns_mode_reports_each_launch_the_pooled_pairs_and_the_mean_based_rati
     assert row, proc.stdout
     assert row.group(1) == row.group(4)  # one launch: its median is the cell's
     assert "too few" in row.group(3)
+    # Two window pairs bound the mean-based ratio but say nothing about the harness: beside
+    # a busy neighbour one pair alone can read 2x, so only the ordering is checked here
+    # (the interleaved test's median of 8 pairs guards against a broken side).
     low, high = float(row.group(7)), float(row.group(8))
-    assert 0.5 < low <= float(row.group(6)) <= high < 2.0
+    assert 0 < low <= float(row.group(6)) <= high

@@ -399,8 +399,10 @@ def test_a_wrong_decide_at_or_budget_is_one_line(
 def test_a_real_run_adds_launches_until_decided_and_compare_agrees(tmp_path: Path) -> None:
     """ddp against paddle on mlp at one worker, short runs: the first round's three launches
     a side, then one launch a round, exactly those the loop names, until the pair is
-    decided or no look could. (On a quiet machine the first look may already decide: the
-    rounds are then none; `test_an_undecided_pair_gets_its_next_launch` covers them.)"""
+    decided or no look could. The first look may already end it: decided on a quiet
+    machine, or, beside a busy neighbour (the suite's other process), too noisy for any
+    launch to decide within the budget. The rounds are then none, and
+    `test_an_undecided_pair_gets_its_next_launch` covers them."""
     proc = short_run(
         tmp_path,
         "--engines",
@@ -421,8 +423,12 @@ def test_a_real_run_adds_launches_until_decided_and_compare_agrees(tmp_path: Pat
     rounds = [ln for ln in status if "; next: " in ln]
     recs = [r for r in records.load([tmp_path]).records if r["status"] == "ok"]
     assert len(recs) == 6 + len(rounds), proc.stdout[-3000:]
-    if not rounds:
-        assert status[0].startswith("bench run --decide-at: 1 of 1 pairs decided")
+    if not rounds:  # the loop stopped at its first look, and says why
+        first = status[0]
+        assert first.startswith("bench run --decide-at: 1 of 1 pairs decided") or (
+            first.startswith("bench run --decide-at: 0 of 1 pairs decided")
+            and "no more can be decided within the budget: 1 would need more than" in first
+        ), first
     repeats = sorted(r["labels"]["repeat"] for r in recs if r["engine"] == "paddle")
     assert len(set(repeats)) == len(repeats)  # every added launch is a new repeat
     table = decisions.rows(frame(recs).pipe(lambda d: d[d["status"] == "ok"]), 0.10)
