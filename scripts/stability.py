@@ -3,7 +3,8 @@
 
     .venv/bin/python scripts/stability.py --idle 3 --busy 1 --quota 1 --out stability/
 
-Each run uses as many pytest processes as scripts/test.sh, CI's command (--processes).
+Each run uses as many pytest processes as scripts/test.sh, CI's command, would choose
+where it runs (--processes): in quota mode, as the CPUs of the quota allow.
 
 Modes:
   idle    nothing else runs
@@ -32,6 +33,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests import cgroup  # noqa: E402  (the repository root is on the path from here)
+
 SPIN = "while True: pass"
 CGROUP = "bench-stability"
 
@@ -46,33 +51,6 @@ def busy_neighbours(n: int = 2) -> Iterator[None]:
         for p in procs:
             p.kill()
             p.wait()
-
-
-@contextlib.contextmanager
-def half_the_cpus() -> Iterator[list[str]]:
-    """A cgroup allowed half of the machine's CPUs; yields the prefix that runs a command in it."""
-    cpus = os.cpu_count() or 2
-    period = 100_000
-    quota = max(period * cpus // 2, period // 10)
-    v2 = Path("/sys/fs/cgroup/cgroup.controllers")
-    if v2.exists():
-        group = Path("/sys/fs/cgroup") / CGROUP
-        group.mkdir(exist_ok=True)
-        (group / "cpu.max").write_text(f"{quota} {period}\n")
-        procs = group / "cgroup.procs"
-    else:
-        group = Path("/sys/fs/cgroup/cpu") / CGROUP
-        group.mkdir(exist_ok=True)
-        (group / "cpu.cfs_period_us").write_text(f"{period}\n")
-        (group / "cpu.cfs_quota_us").write_text(f"{quota}\n")
-        procs = group / "cgroup.procs"
-    # the child moves itself into the group, then becomes the command
-    prefix = ["sh", "-c", f'echo $$ > {procs} && exec "$@"', "in-cgroup"]
-    try:
-        yield prefix
-    finally:
-        with contextlib.suppress(OSError):
-            group.rmdir()  # once its processes are gone
 
 
 def run_suite(out: Path, name: str, prefix: list[str], pytest_args: list[str]) -> float:
@@ -98,6 +76,12 @@ def failures(xml: Path) -> tuple[int, list[str]]:
     return total, bad
 
 
+def _processes(text: str) -> str:
+    if text == "auto" or text.isdigit():
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r}: give a number of processes (0: one), or auto")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--idle", type=int, default=3, help="idle runs (default: 3)")
@@ -106,14 +90,15 @@ def main() -> int:
     parser.add_argument("--out", default="stability", help="where reports go")
     parser.add_argument(
         "--processes",
-        type=int,
-        default=int(os.environ.get("BENCH_TEST_PROCESSES", "2")),
-        help="pytest-xdist workers, as scripts/test.sh runs (0: one process; default: 2)",
+        type=_processes,
+        default=os.environ.get("BENCH_TEST_PROCESSES", "auto"),
+        help="pytest-xdist workers, as scripts/test.sh runs: a number (0: one process), or "
+        "auto (default): as many as the CPUs where the suite runs allow, two at most",
     )
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     args = parser.parse_args()
-    if args.quota and os.geteuid() != 0:
-        parser.error("--quota needs root (it makes a cgroup); use --quota 0")
+    if args.quota and cgroup.why_not():
+        parser.error(f"--quota needs a CPU quota cgroup ({cgroup.why_not()}); use --quota 0")
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     pytest_args = ["-n", str(args.processes), "--dist", "loadfile", *args.pytest_args]
@@ -127,7 +112,7 @@ def main() -> int:
             with busy_neighbours():
                 seconds = run_suite(out, name, [], pytest_args)
         elif mode == "quota":
-            with half_the_cpus() as prefix:
+            with cgroup.cpu_quota((os.cpu_count() or 2) / 2, CGROUP) as prefix:
                 seconds = run_suite(out, name, prefix, pytest_args)
         else:
             seconds = run_suite(out, name, [], pytest_args)

@@ -5,8 +5,8 @@
 #
 # Two processes, a test file each at a time: the suite spends half its time waiting
 # (daemons starting, rendezvous, time-outs), so two cores run it in about half the
-# time (docs/development.md#where-the-suites-time-goes). Two, not one per core: every
-# file's launches start two or more processes of their own. BENCH_TEST_PROCESSES sets it.
+# time (docs/development.md#where-the-suites-time-goes). `-n auto` is two at most, one
+# where one CPU is usable (tests/conftest.py). BENCH_TEST_PROCESSES sets the number.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
@@ -14,4 +14,4 @@ bash scripts/setup.sh
 .venv/bin/ruff format --check .
 .venv/bin/mypy
 .venv/bin/lint-imports  # the layering contracts in pyproject.toml
-exec .venv/bin/python -m pytest -n "${BENCH_TEST_PROCESSES:-2}" --dist loadfile "$@"
+exec .venv/bin/python -m pytest -n "${BENCH_TEST_PROCESSES:-auto}" --dist loadfile "$@"

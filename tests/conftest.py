@@ -20,6 +20,7 @@ from typing import Any, TypeVar, cast
 import pytest
 
 from bench import engines, records
+from bench.core.machine import usable_cpus
 from bench.engines import Engine
 from tests import shared_sweep as shared
 from tests.test_data import write_cifar
@@ -47,6 +48,19 @@ def script(name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     monkeypatch.setitem(sys.modules, spec.name, module)
     spec.loader.exec_module(module)
     return module
+
+
+# Processes for `pytest -n auto` (scripts/test.sh's default): two at most, since every
+# file's launches start two or more processes of their own, and the suite's time is half
+# waiting (docs/development.md#where-the-suites-time-goes); fewer where fewer CPUs are
+# usable, a cgroup quota included. xdist's own count is the machine's, quota or not:
+# two processes in one CPU's quota time out where one process passes.
+MAX_TEST_PROCESSES = 2
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # optional: a run without xdist
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    return min(MAX_TEST_PROCESSES, usable_cpus())
 
 
 def pytest_configure(config: pytest.Config) -> None:

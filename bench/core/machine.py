@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import shutil
@@ -214,22 +215,69 @@ def machine_key(env: Mapping[str, Any]) -> str:
     return f"{env.get('cpu', '?')} x{env.get('cpu_count', '?')}" + (f" + {gpu}" if gpu else "")
 
 
-def usable_cpus() -> int:
-    """CPUs this process may run on: its affinity mask, capped by a cgroup v2 CPU quota.
+CGROUP_FS = Path("/sys/fs/cgroup")
 
-    os.cpu_count() counts the machine's CPUs, which overstates what a container or a
-    `taskset` launch may use.
+
+def _cpu_limit(folder: Path, v2: bool) -> float | None:
+    """CPUs the CFS quota in one cgroup folder allows; None: no quota there, or unreadable."""
+    try:
+        if v2:
+            quota, period = (folder / "cpu.max").read_text().split()[:2]
+        else:
+            quota = (folder / "cpu.cfs_quota_us").read_text().strip()
+            period = (folder / "cpu.cfs_period_us").read_text().strip()
+        if quota in ("max", "-1") or int(period) <= 0:
+            return None
+        return int(quota) / int(period)
+    except (OSError, ValueError):
+        return None
+
+
+def cgroup_cpu_limit(
+    proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = CGROUP_FS
+) -> float | None:
+    """The CPUs a cgroup CPU quota allows this process, None when no quota applies.
+
+    The process's own cgroup (from `proc_cgroup`) and every cgroup above it, in cgroup v2
+    (`cpu.max`) and v1 (`cpu.cfs_quota_us`): a parent's quota caps its children, so the
+    tightest counts. In a container without a cgroup namespace the path names folders
+    the mount does not have; those are skipped and the mount's root still counts.
+    """
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        return None
+    limits = []
+    for line in lines:
+        hierarchy, controllers, path = [*line.split(":", 2), "", ""][:3]
+        if hierarchy == "0" and not controllers:
+            mounts, v2 = [root, root / "unified"], True  # unified alone, or hybrid
+        elif "cpu" in controllers.split(","):
+            mounts, v2 = [root / "cpu", root / controllers], False
+        else:
+            continue
+        parts = Path(path).parts[1:]
+        for mount in dict.fromkeys(mounts):
+            folders = {mount.joinpath(*parts[:i]) for i in range(len(parts) + 1)}
+            limits += [_cpu_limit(f, v2) for f in folders if f.is_dir()]
+    found = [limit for limit in limits if limit is not None]
+    return min(found) if found else None
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on: its affinity mask, capped by a cgroup CPU quota.
+
+    os.cpu_count() counts the machine's CPUs, which overstates what a container, a
+    `taskset` launch or a cgroup with a CPU quota (a Slurm job, a systemd slice) may use.
+    A quota of 1.5 CPUs counts as 2: the second CPU is there, for part of the time.
     """
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
-    try:
-        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
-        if quota != "max" and int(period) > 0:
-            cpus = min(cpus, max(1, -(-int(quota) // int(period))))
-    except (OSError, ValueError):
-        pass
+    limit = cgroup_cpu_limit()
+    if limit is not None:
+        cpus = min(cpus, math.ceil(limit))
     return max(cpus, 1)
 
 
