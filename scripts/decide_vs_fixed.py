@@ -9,6 +9,9 @@ Each pass folder holds `decide/` (`bench run --decide-at 5% --budget 20m`) and `
 settled at +-5% two ways: replayed at the loop's looks (what `bench compare --decide-at`
 prints; the only valid count for the loop, which stopped on its data), and by one
 fixed-n 95% interval on all its launches (valid for the fixed sweep, which looked once).
+The last column is the least minutes in which any allocation, from three launches a
+cell, could have settled `--reach` head-to-heads at the run's measured ratios and
+spreads (bench/measure/reach.py: a lower bound).
 """
 
 from __future__ import annotations
@@ -54,11 +57,23 @@ def settled(folder: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def summary(out: Path) -> str:
+def least_minutes(folder: Path, count: int) -> str:
+    """The least minutes in all, from three launches a cell, in which any allocation
+    settles `count` head-to-heads at the folder's measured values ("-": none could)."""
+    df = synced_launches(folder)
+    r = decisions.reach([g for _, g in df.groupby("model", sort=True)], PRECISION)
+    if r.all_s is None or count > r.total:
+        return "?"
+    seconds = r.all_s[count]
+    return "-" if seconds == float("inf") else f"{seconds / 60:.1f}"
+
+
+def summary(out: Path, count: int = 10) -> str:
     lines = [
         "| pass | run | launches | minutes | head-to-heads settled: at the looks "
-        "| fixed-n 95% | efficiencies: at the looks | fixed-n 95% |",
-        "|---|---|---|---|---|---|---|---|",
+        "| fixed-n 95% | efficiencies: at the looks | fixed-n 95% "
+        f"| any allocation, {count} head-to-heads: least minutes |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     detail = []
     for pass_dir in sorted(out.glob("pass*")):
@@ -77,7 +92,7 @@ def summary(out: Path) -> str:
             lines.append(
                 f"| {pass_dir.name} | {run} | {launches(folder)} | {minutes} | "
                 + " | ".join(counts)
-                + " |"
+                + f" | {least_minutes(folder, count)} |"
             )
             detail.append(
                 f"\n{pass_dir.name} {run}:\n" + table.drop(columns="what").to_string(index=False)
@@ -92,7 +107,11 @@ def launches(folder: Path) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="scripts/decide_vs_fixed.sh's folder")
-    print(summary(parser.parse_args().out))
+    parser.add_argument(
+        "--reach", type=int, default=10, help="head-to-heads for the last column (10)"
+    )
+    args = parser.parse_args()
+    print(summary(args.out, args.reach))
     return 0
 
 

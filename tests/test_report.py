@@ -232,7 +232,7 @@ def test_oversubscribed_runs_are_flagged_in_every_table() -> None:
         }
     comp = compare.compare(golden)[0]
     cells = {n: df for n, df in comp.sections.items() if "engine" in df}  # not: a row a pair
-    assert set(comp.sections) - set(cells) == {"decided"}
+    assert set(comp.sections) - set(cells) == {"decided", "within reach"}
     for name, df in cells.items():
         marks = df.set_index(["engine", "workers"])["oversubscribed"]
         assert marks.loc[("ddp", 2)] == "YES", name
@@ -296,7 +296,15 @@ def test_json_and_csv_keep_numbers_as_numbers() -> None:
     csv = render.render(loaded, "csv", frame.DEFAULT_TARGET) or ""
     table = pd.read_csv(io.StringIO(csv))
     assert list(table.columns[-5:]) == ["value", "low", "high", "n", "text"]
-    sections = {"throughput", "per rank", "accuracy", "head to head", "decided", "noise"}
+    sections = {
+        "throughput",
+        "per rank",
+        "accuracy",
+        "head to head",
+        "decided",
+        "within reach",
+        "noise",
+    }
     assert set(table["section"]) == sections
     sps = table[(table["section"] == "throughput") & (table["metric"] == "samples/s")]
     one = sps[(sps["engine"] == "ddp") & (sps["workers"] == 2)].iloc[0]

@@ -440,24 +440,7 @@ def compare(
     for group, gdf in synced.groupby("group", sort=False):
         twins = twins_all[twins_all["group"] == gdf["twin_group"].iloc[0]]
         iv: list[dict[str, Any]] = []
-        sections = {
-            "throughput": _throughput_rows(gdf, twins, iv),
-            "per rank": _rank_rows(gdf),
-            "accuracy": _accuracy_rows(gdf, target),
-            "head to head": _head_to_head_rows(gdf, iv),
-            "decided": decisions.rows(_ok(gdf), precision),
-            "noise": noise.rows(_ok(gdf), precision),
-        }
-        if error_rates:
-            sections["error rates"] = decisions.error_rows(_ok(gdf), precision)
-        starts = startup.rows(gdf)
-        if not starts.empty:  # records before start-up was recorded have none
-            sections["start-up"] = starts
-        steps = breakdown.rows(_ok(gdf), _ok(twins))
-        if not steps.empty:  # records before steps were profiled have none
-            sections["where the step goes (ms)"] = steps
-            measured = _tuned(tuned, str(gdf["model"].iloc[0]))
-            sections["verdict"] = breakdown.verdict_rows(_ok(gdf), _ok(twins), measured)
+        sections = _sections(gdf, twins, iv, target, precision, error_rates, tuned)
         _flag_oversubscribed(sections, gdf)
         notes = _notes(gdf, synced)
         if len(twins):
@@ -480,6 +463,39 @@ def compare(
             )
         )
     return sorted(out, key=lambda c: (c.title, c.machine, c.libraries))
+
+
+def _sections(
+    gdf: pd.DataFrame,
+    twins: pd.DataFrame,
+    iv: list[dict[str, Any]],
+    target: float,
+    precision: float,
+    error_rates: bool,
+    tuned: pd.DataFrame,
+) -> dict[str, pd.DataFrame]:
+    """The tables of one comparison, in the order a reader gets them; the intervals
+    behind the throughput and head-to-head tables' text go into `iv`."""
+    sections = {
+        "throughput": _throughput_rows(gdf, twins, iv),
+        "per rank": _rank_rows(gdf),
+        "accuracy": _accuracy_rows(gdf, target),
+        "head to head": _head_to_head_rows(gdf, iv),
+        "decided": decisions.rows(_ok(gdf), precision),
+        "within reach": decisions.reach_rows(decisions.reach([_ok(gdf)], precision)),
+        "noise": noise.rows(_ok(gdf), precision),
+    }
+    if error_rates:
+        sections["error rates"] = decisions.error_rows(_ok(gdf), precision)
+    starts = startup.rows(gdf)
+    if not starts.empty:  # records before start-up was recorded have none
+        sections["start-up"] = starts
+    steps = breakdown.rows(_ok(gdf), _ok(twins))
+    if not steps.empty:  # records before steps were profiled have none
+        sections["where the step goes (ms)"] = steps
+        measured = _tuned(tuned, str(gdf["model"].iloc[0]))
+        sections["verdict"] = breakdown.verdict_rows(_ok(gdf), _ok(twins), measured)
+    return sections
 
 
 def _tuned(table: pd.DataFrame, model: str) -> dict[tuple[str, int], str]:

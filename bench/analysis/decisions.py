@@ -12,11 +12,13 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from bench.measure import reach as bound
 from bench.measure import sequential
 from bench.measure.sequential import DIFFERENT, EQUIVALENT, UNDECIDED, Side
 
@@ -162,6 +164,112 @@ def rows(ok: pd.DataFrame, precision: float) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class Reach:
+    """The head-to-heads of some comparisons: how many are decided, and for k = 0 .. total
+    a lower bound on the seconds of launches after which k would be decided, at the
+    measured ratios and spreads (bench.measure.reach): `more_s` on top of the launches
+    made, `all_s` in all, from the first MIN_SIDE launches of every cell. inf: not
+    within the looks; None: not computed (a group of pairs too large to try)."""
+
+    decided: int
+    total: int
+    more_s: list[float] | None
+    all_s: list[float] | None
+
+
+def reach(frames: Iterable[pd.DataFrame], precision: float) -> Reach:
+    """The Reach of the head-to-heads in each of `frames` (one comparison's ok launches
+    each). Efficiencies are left out: their 1-worker cells tie every worker count of a
+    model into one group too large to try subset by subset, and they settle early."""
+    cells: list[Side] = []
+    index: dict[tuple[int, tuple[int, ...]], int] = {}
+    now: list[bound.Open] = []  # the undecided pairs
+    every: list[bound.Open] = []  # all of them, for the bound from the first launches
+    decided = 0
+
+    def cell(frame: int, rows: tuple[int, ...], side: Side) -> int:
+        if (frame, rows) not in index:
+            index[frame, rows] = len(cells)
+            cells.append(side)
+        return index[frame, rows]
+
+    for k, frame in enumerate(frames):
+        ok = usable(frame)
+        sides = Sides(ok)
+        for pair in pairs(ok):
+            if pair.what != "head to head":
+                continue
+            a = cell(k, pair.a_rows, sides(pair.a_rows))
+            b = cell(k, pair.b_rows, sides(pair.b_rows))
+            every.append(bound.open_pair(cells, a, b, precision))
+            if decide(ok, pair, precision, sides).outcome == UNDECIDED:
+                now.append(every[-1])
+            else:
+                decided += 1
+    total = len(every)
+    more = bound.least_more(cells, now)
+    first = [min(c.n, sequential.MIN_SIDE) for c in cells]
+    from_first = bound.least_more(cells, every, first)
+    paid = sum(c.launch_s * n for c, n in zip(cells, first, strict=True))
+    return Reach(
+        decided,
+        total,
+        None if more is None else [0.0] * decided + more,
+        None if from_first is None else [paid + s for s in from_first],
+    )
+
+
+def reach_rows(r: Reach) -> pd.DataFrame:
+    """A row for each count of head-to-heads beyond those decided: the least minutes
+    more, and in all, in which any allocation could decide that many (None: none could,
+    within the looks)."""
+    if r.more_s is None or r.all_s is None or r.decided == r.total:
+        return pd.DataFrame()
+
+    def minutes(s: float) -> float | None:
+        return None if math.isinf(s) else round(s / 60, 1)
+
+    return pd.DataFrame(
+        {
+            "head-to-heads decided": f"{k} of {r.total}",
+            "more minutes": minutes(r.more_s[k]),
+            "minutes in all": minutes(r.all_s[k]),
+        }
+        for k in range(r.decided + 1, r.total + 1)
+    )
+
+
+def reach_line(r: Reach) -> str:
+    """The least more minutes for each count past the decided, in one line ("" when
+    all are decided or the bound was not computed)."""
+    if r.more_s is None or r.decided == r.total:
+        return ""
+    lead = "at the measured ratios and spreads, "
+    counts = range(r.decided + 1, r.total + 1)
+    reachable = [k for k in counts if not math.isinf(r.more_s[k])]
+    if not reachable:
+        return lead + "no allocation decides another head-to-head within the looks"
+    parts = [f"{r.more_s[k] / 60:.1f} for {k}" for k in reachable]
+    parts[0] = (
+        f"{r.more_s[reachable[0]] / 60:.1f} more minutes to decide {reachable[0]} of "
+        f"{r.total} head-to-heads"
+    )
+    line = lead + "any allocation needs at least " + ", ".join(parts)
+    if reachable[-1] < r.total:  # the counts beyond reach are the highest ones
+        line += f"; {reachable[-1] + 1} or more: not within the looks"
+    return line
+
+
+REACH_KEY = (
+    "at the measured ratios and spreads, the least minutes of launches in which any "
+    "allocation decides that many head-to-heads (a lower bound: whole launches, the looks "
+    "and their t quantiles only add to it); more: on top of the launches made; in all: "
+    f"from {sequential.MIN_SIDE} launches a cell, those included; '-': not within the "
+    "looks (docs/methodology.md#what-would-settle-the-rest)"
+)
 
 
 def error_rows(ok: pd.DataFrame, precision: float, sequences: int = 10_000) -> pd.DataFrame:

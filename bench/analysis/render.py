@@ -29,6 +29,7 @@ _KEYS_OF = {
     "start-up": "every phase in seconds, median over runs; from: where the clock starts "
     "(launch: when bench run launched the cell; process start: a runner started by hand)",
     "decided": decisions.KEY,
+    "within reach": decisions.REACH_KEY,
     "noise": noise.KEY,
     "error rates": decisions.ERROR_KEY,
     "where the step goes (ms)": "ms per step; '-': not measured for that cell (the note under "

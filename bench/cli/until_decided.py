@@ -152,6 +152,13 @@ def _why_none(decided: int, total: int, past_budget: int, left_s: float) -> str:
     return "no more can be decided within the looks"
 
 
+def _say_reach(ok: pd.DataFrame, precision: float, say: TextIO) -> None:
+    """What any allocation would need to decide more of the run's head-to-heads."""
+    line = decisions.reach_line(decisions.reach([g for _, g in ok.groupby("model")], precision))
+    if line:
+        print(f"bench run --decide-at: {line}", file=say, flush=True)
+
+
 def run(
     config: SweepConfig,
     base: RunSpec,
@@ -177,6 +184,7 @@ def run(
         if not chosen:
             why = _why_none(decided, total, past_budget, left_s)
             print(f"bench run --decide-at: {status}; {why}", file=say, flush=True)
+            _say_reach(ok, precision, say)
             return outcomes
         cost = sum(c.seconds for c in chosen)
         if budget_s is not None and spent + cost > budget_s:
@@ -185,6 +193,7 @@ def run(
                 file=say,
                 flush=True,
             )
+            _say_reach(ok, precision, say)
             return outcomes
         print(
             f"bench run --decide-at: {status}; next: "

@@ -1,0 +1,206 @@
+"""What would settle the rest: the lower bound on launches that decide more pairs.
+
+The bound (bench/measure/reach.py) is checked against brute force over allocations of
+the same continuous problem, against the loop's own projection for one pair, and where
+pairs share a cell; the tables and the line that report it on constructed launches and
+on a committed sweep."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench.analysis import decisions
+from bench.analysis.frame import synced_launches
+from bench.measure import reach
+from bench.measure import sequential as sq
+
+from .test_sequential import _engines_launches
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _cell(sd: float, n: int, launch_s: float, centre: float = 0.0) -> sq.Side:
+    """n launches whose log throughputs have exactly this mean and sample sd."""
+    z = np.random.default_rng(n).standard_normal(n)
+    z = (z - z.mean()) / z.std(ddof=1)
+    return sq.Side(tuple(centre + sd * z), launch_s)
+
+
+def _brute(
+    cells: list[sq.Side], pairs: list[reach.Open], free: list[int], have: list[int] | None = None
+) -> float:
+    """The problem's minimum by a fine grid over the launches of the cells in `free`, the
+    remaining cell (at most one) set to the least its pairs allow; continuous launches.
+    Without `have`, each pair's launches reach its next look."""
+    used = sorted({i for p in pairs for i in (p.a, p.b)})
+    rest = [i for i in used if i not in free]
+    assert len(rest) <= 1
+    made = {i: cells[i].n if have is None else have[i] for i in used}
+    var = {i: float(np.var(cells[i].logs, ddof=1)) for i in used}
+    low = {i: max(made[i], sq.MIN_SIDE) for i in used}
+    grids = np.meshgrid(*[np.geomspace(low[i], 3000, 700) for i in free], indexing="ij")
+    n = {i: g.ravel() for i, g in zip(free, grids, strict=True)}
+    ok = np.ones(grids[0].size, dtype=bool)
+    h = {p: (p.target / reach.Z) ** 2 for p in pairs}
+    look = {p: 0 if have else min(x for x in sq.LOOKS if x > made[p.a] + made[p.b]) for p in pairs}
+    for p in pairs:
+        if p.a in n and p.b in n:
+            ok &= var[p.a] / n[p.a] + var[p.b] / n[p.b] <= h[p] * (1 + 1e-9)
+            ok &= n[p.a] + n[p.b] >= look[p] * (1 - 1e-9)
+    if rest:
+        (r,) = rest
+        need = np.full(ok.size, float(low[r]))
+        for p in pairs:
+            if r in (p.a, p.b):
+                other = p.b if p.a == r else p.a
+                room = h[p] - var[other] / n[other]
+                ok &= room > 0
+                need = np.maximum(need, var[r] / np.where(room > 0, room, 1.0))
+                need = np.maximum(need, look[p] - n[other])
+        n[r] = need
+    cost = sum(cells[i].launch_s * (n[i] - made[i]) for i in used)
+    return float(np.min(np.where(ok, cost, np.inf)))
+
+
+def test_one_pair_the_bound_is_the_problems_minimum() -> None:
+    cells = [_cell(0.03, 3, 6.0), _cell(0.05, 4, 9.0, centre=0.03)]
+    pair = reach.open_pair(cells, 0, 1, 0.05)
+    assert pair.target == pytest.approx(0.03) and not pair.beyond
+    got = reach.least_seconds(cells, [pair])
+    brute = _brute(cells, [pair], free=[0])
+    assert got == pytest.approx(brute, rel=0.01) and got <= brute * (1 + 1e-6)
+
+
+def test_pairs_sharing_a_cell_cost_less_together_than_apart() -> None:
+    """ddp / horovod and ddp / paddle both narrow with ddp's launches: together they need
+    less than the sum of each alone, and the bound is the three-cell minimum."""
+    cells = [_cell(0.04, 3, 5.0), _cell(0.10, 3, 6.0, 0.06), _cell(0.09, 3, 4.0, -0.07)]
+    one, two = reach.open_pair(cells, 0, 1, 0.05), reach.open_pair(cells, 0, 2, 0.05)
+    both = reach.least_seconds(cells, [one, two])
+    apart = reach.least_seconds(cells, [one]) + reach.least_seconds(cells, [two])
+    assert max(reach.least_seconds(cells, [p]) for p in (one, two)) <= both < apart * 0.95
+    brute = _brute(cells, [one, two], free=[1, 2])
+    assert both == pytest.approx(brute, rel=0.01) and both <= brute * (1 + 1e-6)
+    third = reach.open_pair(cells, 1, 2, 0.05)
+    all_three = reach.least_seconds(cells, [one, two, third])
+    brute = _brute(cells, [one, two, third], free=[1, 2])
+    assert all_three == pytest.approx(brute, rel=0.01) and all_three <= brute * (1 + 1e-6)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_bound_never_exceeds_what_the_loop_projects(seed: int) -> None:
+    """For one pair, the loop's projection (whole launches, at its looks, t quantiles)
+    costs at least the bound: the bound is what no allocation can beat."""
+    rng = np.random.default_rng(seed)
+    cells = [
+        _cell(rng.uniform(0.01, 0.12), int(rng.integers(3, 12)), rng.uniform(3, 30), c)
+        for c in (0.0, rng.uniform(-0.1, 0.1))
+    ]
+    need = sq.more_launches(cells[0], cells[1], 0.05)
+    bound = reach.least_seconds(cells, [reach.open_pair(cells, 0, 1, 0.05)])
+    if need is not None:
+        assert bound <= need[0] * cells[0].launch_s + need[1] * cells[1].launch_s + 1e-9
+
+
+def test_a_pair_too_noisy_for_the_last_look_is_beyond_it() -> None:
+    cells = [_cell(0.20, 5, 5.0), _cell(0.20, 5, 5.0, 0.01)]
+    far = reach.open_pair(cells, 0, 1, 0.05)
+    assert far.beyond and sq.more_launches(cells[0], cells[1], 0.05) is None
+    assert reach.least_more(cells, [far]) == [0.0, math.inf]
+    near = [_cell(0.02, 5, 5.0), _cell(0.02, 5, 5.0, 0.01)]
+    assert not reach.open_pair(near, 0, 1, 0.05).beyond
+    # the edge: at 94 launches split as the sds, the half-width is z (sd_a + sd_b) / sqrt(94);
+    # the ratio 1.01 needs 0.0388 (log 1.05 - 0.01), which an sd of 0.0688 a side just meets
+    edge = 0.0388 * math.sqrt(sq.LOOKS[-1]) / reach.Z / 2
+    assert edge == pytest.approx(0.0688, abs=1e-4)
+    for sd, beyond in ((edge * 1.03, True), (edge * 0.97, False)):
+        cells = [_cell(sd, 5, 5.0), _cell(sd, 5, 5.0, -0.01)]
+        assert reach.open_pair(cells, 0, 1, 0.05).beyond is beyond
+
+
+def test_independent_pairs_add_and_the_cheapest_goes_first() -> None:
+    cells = [
+        _cell(0.02, 3, 5.0),
+        _cell(0.02, 3, 5.0, 0.02),
+        _cell(0.04, 3, 5.0),
+        _cell(0.04, 3, 5.0, 0.02),
+    ]
+    cheap, dear = reach.open_pair(cells, 0, 1, 0.05), reach.open_pair(cells, 2, 3, 0.05)
+    alone = [reach.least_seconds(cells, [p]) for p in (cheap, dear)]
+    assert alone[0] < alone[1]
+    got = reach.least_more(cells, [dear, cheap])
+    assert got is not None
+    assert got[0] == 0 and got[1] == pytest.approx(alone[0])
+    assert got[2] == pytest.approx(sum(alone))
+
+
+def test_a_group_too_large_to_try_is_not_computed() -> None:
+    cells = [_cell(0.05, 3, 5.0, 0.01 * k) for k in range(6)]  # 15 pairs, one group
+    pairs = [reach.open_pair(cells, a, b, 0.05) for a in range(6) for b in range(a + 1, 6)]
+    assert len(pairs) > reach.MAX_GROUP_PAIRS
+    assert reach.least_more(cells, pairs) is None
+
+
+def test_the_report_says_what_any_allocation_would_need() -> None:
+    """Three engines at one worker count, three launches each: ddp and horovod 3% apart at
+    a 2% spread, paddle far from both (decided at the first look). The table counts from the decided, the line names the least minutes,
+    and both agree with the bound computed directly."""
+    ok = _engines_launches(
+        {
+            "ddp": ([100, 102, 98], 5.0),
+            "horovod": ([97, 99, 95], 6.0),
+            "paddle": ([60, 61, 59], 4.0),
+        }
+    )
+    r = decisions.reach([ok], 0.05)
+    assert (r.decided, r.total) == (2, 3)
+    sides = decisions.Sides(decisions.usable(ok))
+    (pair,) = [p for p in decisions.pairs(ok) if p.name == "ddp / horovod x1"]
+    cells = [sides(pair.a_rows), sides(pair.b_rows)]
+    alone = reach.least_seconds(cells, [reach.open_pair(cells, 0, 1, 0.05)])
+    assert r.more_s is not None and r.more_s[3] == pytest.approx(alone)
+    assert r.all_s is not None and r.all_s[3] > r.more_s[3]
+    (row,) = decisions.reach_rows(r).to_dict("records")
+    assert row["head-to-heads decided"] == "3 of 3"
+    assert row["more minutes"] == round(alone / 60, 1)
+    line = decisions.reach_line(r)
+    assert f"{alone / 60:.1f} more minutes to decide 3 of 3 head-to-heads" in line
+    noisy = _engines_launches(
+        {"ddp": ([100, 130, 80] * 4, 5.0), "paddle": ([95, 125, 85] * 4, 5.0)}
+    )
+    assert decisions.reach_line(decisions.reach([noisy], 0.05)).endswith(
+        "no allocation decides another head-to-head within the looks"
+    )
+    done = _engines_launches({"ddp": ([100, 101, 99], 5.0), "paddle": ([50, 51, 49], 5.0)})
+    assert decisions.reach_line(decisions.reach([done], 0.05)) == ""
+    assert decisions.reach_rows(decisions.reach([done], 0.05)).empty
+
+
+def test_a_committed_sweep_shows_what_would_settle_its_open_pairs() -> None:
+    """The noisy-day loop of 2026-12-03 left 5 of its 12 head-to-heads open after 20
+    minutes; the bound says in how many more any allocation could settle each count, in
+    whole minutes a user can check against the decided table's pair-by-pair column."""
+    folder = ROOT / "results/reference/decide-vs-fixed-2026-12-03-giveup/pass1/decide"
+    df = synced_launches(folder)
+    frames = [g for _, g in df.groupby("model")]
+    r = decisions.reach(frames, 0.05)
+    assert (r.decided, r.total) == (7, 12)
+    assert r.more_s is not None and r.all_s is not None
+    assert r.more_s[8] > 0 and all(x <= y for x, y in zip(r.more_s[7:], r.more_s[8:], strict=False))
+    assert all(x <= y for x, y in zip(r.all_s, r.all_s[1:], strict=False))
+
+
+def test_a_pair_already_narrow_enough_still_needs_its_next_look() -> None:
+    """Four launches a side and a spread that already fits: the looks at 6 launches did
+    not decide it, so it is decided no sooner than at 9, one launch of the cheaper cell
+    away. Counted from three launches a cell (`have`), no look has been taken."""
+    cells = [_cell(0.001, 4, 5.0), _cell(0.001, 4, 7.0, 0.2)]
+    pair = reach.open_pair(cells, 0, 1, 0.05)
+    assert reach.least_seconds(cells, [pair]) == pytest.approx(5.0, rel=1e-3)
+    assert reach.least_seconds(cells, [pair], have=[3, 3]) == pytest.approx(0.0, abs=1e-6)
+    late = [_cell(0.001, 50, 5.0), _cell(0.001, 50, 7.0, 0.2)]  # past the last look
+    assert reach.least_seconds(late, [reach.open_pair(late, 0, 1, 0.05)]) == math.inf
