@@ -242,13 +242,16 @@ def test_the_simulation_decides_as_the_replay_does(trim: float) -> None:
 
 def test_favourable_takes_the_ratio_and_spreads_towards_a_decision() -> None:
     """z = 0 is the measured values; at z > 0 the needed half-width is the widest within
-    z standard errors of the ratio (1 where they straddle it), and each spread is at the
-    low end of its chi-square interval: the Wilson-Hilferty factor against scipy's."""
+    z standard errors of the ratio (the middle of +-P in logs where they straddle it), and
+    each spread is at the low end of its chi-square interval: the Wilson-Hilferty factor
+    against scipy's."""
     scipy_stats = pytest.importorskip("scipy.stats")  # scikit-learn's dependency: always here
     d, sa, sb = math.log(1.01), 0.0004, 0.0005  # d +- 1 se: 0.980 to 1.041
     assert sq.favourable(d, sa, sb, 3, 3, 0.05, 0.0) == (sq.needed_half_width(d, 0.05), sa, sb)
     target, fa, fb = sq.favourable(d, sa, sb, 3, 5, 0.05, 1.0)
-    assert target == pytest.approx(sq.needed_half_width(0.0, 0.05))  # 1 is within reach
+    # within reach: the ratio with the widest room inside +-5%, a hair below 1
+    assert target == pytest.approx(sq.needed_half_width(sq.widest_inside(0.05), 0.05))
+    assert target == pytest.approx((math.log(1.05) - math.log(0.95)) / 2)
     for k, f, s in ((2, fa, sa), (4, fb, sb)):
         exact = k / scipy_stats.chi2.ppf(scipy_stats.norm.cdf(1.0), k)
         assert f / s == pytest.approx(exact, rel=0.01)
@@ -654,3 +657,15 @@ def test_a_real_aa_experiment_is_decided_by_the_same_loop(tmp_path: Path) -> Non
     status = [ln for ln in proc.stdout.splitlines() if ln.startswith("bench run --decide-at:")]
     final = [ln for ln in status if "pairs decided" in ln]
     assert final and "of 1 pairs decided" in final[-1], proc.stdout[-2000:]
+
+
+@pytest.mark.parametrize("sign", [1, -1])
+def test_the_needed_half_width_is_what_the_interval_needs_on_either_side(sign: int) -> None:
+    """A pair reading 0.976 (or 1.024) is equivalent within 5% once its interval's
+    half-width is at most the needed one, and not just past it: the room to the nearer
+    edge of [0.95, 1.05], wider below 1 than above in logs."""
+    d = sign * 0.024
+    half = sq.needed_half_width(d, 0.05)
+    for h, reads in ((half * 0.999, sq.EQUIVALENT), (half * 1.001, sq.UNDECIDED)):
+        assert sq.outcome(math.exp(d - h), math.exp(d + h), 0.05) == reads, (d, h)
+    assert sq.needed_half_width(-0.024, 0.05) > sq.needed_half_width(0.024, 0.05)

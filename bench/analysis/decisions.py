@@ -226,8 +226,12 @@ def reach_rows(r: Reach) -> pd.DataFrame:
     """A row for each count of head-to-heads beyond those decided: the least minutes
     more, and in all, in which any allocation could decide that many (None: none could,
     within the looks)."""
-    if r.more_s is None or r.all_s is None or r.decided == r.total:
+    if r.decided == r.total:
         return pd.DataFrame()
+    if r.more_s is None or r.all_s is None:
+        return pd.DataFrame(
+            [{"head-to-heads decided": f"{r.decided} of {r.total}", **NOT_COMPUTED}]
+        )
 
     def minutes(s: float) -> float | None:
         return None if math.isinf(s) else round(s / 60, 1)
@@ -244,10 +248,12 @@ def reach_rows(r: Reach) -> pd.DataFrame:
 
 def reach_line(r: Reach) -> str:
     """The least more minutes for each count past the decided, in one line ("" when
-    all are decided or the bound was not computed)."""
-    if r.more_s is None or r.decided == r.total:
+    all are decided)."""
+    if r.decided == r.total:
         return ""
     lead = "at the measured ratios and spreads, "
+    if r.more_s is None:
+        return lead + "the least minutes to decide more were " + NOT_COMPUTED["more minutes"]
     counts = range(r.decided + 1, r.total + 1)
     reachable = [k for k in counts if not math.isinf(r.more_s[k])]
     if not reachable:
@@ -263,12 +269,19 @@ def reach_line(r: Reach) -> str:
     return line
 
 
+NOT_COMPUTED = {
+    "more minutes": (
+        f"not computed: more than {bound.MAX_GROUP_PAIRS} open pairs share cells at one "
+        "worker count"
+    )
+}
 REACH_KEY = (
-    "at the measured ratios and spreads, the least minutes of launches in which any "
-    "allocation decides that many head-to-heads (a lower bound: whole launches, the looks "
-    "and their t quantiles only add to it); more: on top of the launches made; in all: "
-    f"from {sequential.MIN_SIDE} launches a cell, those included; '-': not within the "
-    "looks (docs/methodology.md#what-would-settle-the-rest)"
+    "at the measured ratios and spreads taken as true, the least minutes of launches in "
+    "which any allocation decides that many head-to-heads (a lower bound: whole launches, "
+    "a look only at its count and t quantiles wider than the last look's add to it); "
+    "more: on top of the launches made; in all: from "
+    f"{sequential.MIN_SIDE} launches a cell, those included, at the spreads of all the "
+    "launches; '-': at no look (docs/methodology.md#what-would-settle-the-rest)"
 )
 
 

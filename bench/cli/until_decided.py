@@ -213,4 +213,5 @@ def run(
                 "(their logs say why)",
                 file=say,
             )
+            _say_reach(_ok_synced(results, config), precision, say)
             return outcomes

@@ -4,34 +4,37 @@
 and ddp / paddle both use the ddp cell), so the minutes to settle several pairs are not
 the sum of their minutes alone: a launch of the shared cell narrows both. The question
 a user asks at the end of `bench run --decide-at` is "could any allocation have settled
-k of these pairs in the time I gave it?", and this module answers it with a bound that
-holds for every allocation.
+k of these pairs in the time I gave it?", and this module bounds the answer from below,
+at the measured ratios and spreads taken as true.
 
-Were the measured spreads and ratios true, a pair of cells a and b is decided once its
-interval's half-width z sqrt(v_a / N_a + v_b / N_b) fits within the half-width its
-ratio needs (`sequential.needed_half_width`), with N the launches of a cell and v the
-variance of its log throughput, at a look still to come. Adding launches costs each
-cell's seconds a launch. The least seconds that settle a set of pairs solve
+A pair of cells a and b is decided at a look, at L launches of the pair, when its
+interval's half-width t sqrt(v_a / N_a + v_b / N_b) fits within what its ratio needs
+(`sequential.needed_half_width`), with N the launches of a cell at that look, v the
+variance of its log throughput and t Student's quantile at Welch's degrees of freedom,
+which are at most L - 2. Two consequences hold for any allocation:
+- the deciding look is no earlier than the pair's **first possible look**: the first
+  look still to come at which even the best split of its L launches (n_a / n_b =
+  sd_a / sd_b, half-width t(L - 2) (sd_a + sd_b) / sqrt(L)) would fit;
+- at the deciding look t is at least `ZT`, the quantile at the last look's degrees of
+  freedom, so z = ZT in the spread constraint below can only understate the launches.
+The least seconds that settle a set of pairs are then at least the value of
 
     minimise  sum_i c_i (N_i - n_i)
-    subject to  v_a / N_a + v_b / N_b <= h_ab  and  N_a + N_b >= the pair's next look,
+    subject to  v_a / N_a + v_b / N_b <= (target_ab / ZT)^2,
+                N_a + N_b >= the pair's first possible look        (each pair),
                 N_i >= max(n_i, MIN_SIDE),
 
-a convex problem (linear cost and look constraints, convex spread constraints). Its
-value is a lower bound on what any allocation, the loop's included, could achieve, and
-more so: launches come in whole numbers, the look that decides a pair comes at exactly
-its count (and later launches do not count for it), the t quantile at a look's few
-degrees of freedom is wider than the normal z used here, and a pair beyond the last
-look alone counts as out of reach. So when the bound for k pairs exceeds the minutes a
-budget had left, no allocation within the budget could have settled k, at the measured
-values.
+a convex problem (linear cost and look constraints, convex spread constraints), with
+c_i a cell's seconds a launch. Whole launches, a look only at its exact count, and a t
+wider than ZT at most looks all add to what an allocation really needs: the bound is
+never a plan, and it shows a count out of reach (more than a budget had left) only at
+the measured values, which a few launches measure loosely.
 
-It is solved through its dual: for multipliers >= 0 the Lagrangian's minimum has a
-closed form, and any multipliers give a lower bound (weak duality). Coordinate ascent
-converges to the optimum (the problem is strictly convex in the launches that carry a
-spread, and strictly feasible); it stops when a feasible allocation built from the same
-multipliers costs within 0.1% of the bound, and the bound, never the allocation, is
-what is returned.
+It is solved by a barrier method on the primal (Newton steps; Boyd and Vandenberghe,
+Convex Optimization, 11.3), whose central points give multipliers for the spread and
+look constraints; the dual function at any nonnegative multipliers is a lower bound
+(weak duality), and that, evaluated in closed form, is what is returned. At the end
+the gap to the feasible primal point is at most `GAP` of its cost.
 """
 
 from __future__ import annotations
@@ -40,203 +43,212 @@ import dataclasses
 import itertools
 import math
 from collections.abc import Sequence
-from statistics import NormalDist
 
 import numpy as np
 
-from bench.measure import sequential
+from bench.measure import sequential, stats
 from bench.measure.sequential import Side
 
-# the normal quantile of a look's confidence: narrower than any look's t interval
-Z = NormalDist().inv_cdf(0.5 + sequential.confidence() / 2)
-MAX_SWEEPS = 500
-TOLERANCE = 1e-3  # relative gap between the bound and a feasible allocation's cost
-# a connected group of undecided pairs is settled subset by subset (2^pairs problems);
-# past this many pairs in one group, the bound is not computed
-MAX_GROUP_PAIRS = 10
+# Welch's degrees of freedom at a look of L launches are at most L - 2, and the t
+# quantile falls with them: no look's quantile is below this one
+_T_AT = {
+    look: stats.t_quantile(0.5 + sequential.confidence() / 2, look - 2) for look in sequential.LOOKS
+}
+ZT = _T_AT[sequential.LOOKS[-1]]
+GAP = 1e-4  # the barrier method stops within this share of the cost
+# a connected group of undecided pairs is tried subset by subset (2^pairs problems);
+# past this many pairs in one group (a fourth engine at one worker count), it is not
+MAX_GROUP_PAIRS = 6
 
 
 @dataclasses.dataclass(frozen=True)
 class Open:
     """An undecided pair between cells a and b (indices into the cells), with the
-    half-width of log ratio that would decide it at its measured ratio, and whether it
-    is beyond the last look: even its launches split at best between the sides, as
-    many as the last look counts, would not narrow it that far."""
+    half-width of log ratio that would decide it at its measured ratio."""
 
     a: int
     b: int
     target: float
-    beyond: bool
 
 
-def open_pair(
-    cells: Sequence[Side], a: int, b: int, precision: float, scale: float = 1.0, z: float = Z
-) -> Open:
-    """The pair of cells a and b at its measured ratio and spreads. Beyond the last look:
-    the split n_a / n_b = sd_a / sd_b gives the narrowest interval for a total of launches,
-    (sd_a + sd_b) / sqrt(total) in standard error, and no look comes after the last."""
-    side_a, side_b = cells[a], cells[b]
-    d = float(np.mean(side_a.logs) - np.mean(side_b.logs) - math.log(scale))
-    target = float(sequential.needed_half_width(d, precision))
-    if min(side_a.n, side_b.n) < 2:
-        return Open(a, b, target, beyond=False)
-    sd = float(np.std(side_a.logs, ddof=1) + np.std(side_b.logs, ddof=1))
-    return Open(a, b, target, beyond=z * sd / math.sqrt(sequential.LOOKS[-1]) > target)
+def open_pair(cells: Sequence[Side], a: int, b: int, precision: float, scale: float = 1.0) -> Open:
+    d = float(np.mean(cells[a].logs) - np.mean(cells[b].logs) - math.log(scale))
+    return Open(a, b, float(sequential.needed_half_width(d, precision)))
+
+
+def spread(side: Side) -> float:
+    """The variance of a cell's log throughputs; 0 for fewer than two launches, which
+    can only lower the bound."""
+    return float(np.var(side.logs, ddof=1)) if side.n >= 2 else 0.0
+
+
+def first_look(sd_sum: float, target: float, after: int) -> int | None:
+    """The first look past `after` launches of the pair at which it could be decided:
+    its launches split at best (half-width t(L - 2) sd_sum / sqrt(L) at L launches).
+    None: at no look, not even the last."""
+    for look in sequential.LOOKS:
+        if look > after and _T_AT[look] * sd_sum / math.sqrt(look) <= target:
+            return look
+    return None
 
 
 def least_seconds(
-    cells: Sequence[Side],
-    pairs: Sequence[Open],
-    have: Sequence[int] | None = None,
-    z: float = Z,
+    cells: Sequence[Side], pairs: Sequence[Open], have: Sequence[int] | None = None
 ) -> float:
-    """A lower bound on the seconds of launches, beyond the `have` a cell already has,
-    that would settle every pair in `pairs` at once, were each cell's spread the one
-    measured over all its launches: any allocation that settles them all costs at least
-    this much. inf where a cell has too few launches to measure its spread (fewer than
-    two), or a pair has had its last look.
+    """A lower bound on the seconds of launches, beyond those a cell has, after which
+    every pair in `pairs` would be decided, were the cells' measured spreads and the
+    pairs' ratios true. inf: a pair could be decided at no look.
 
-    Without `have` (from the launches made), a pair is decided only at a look still to
-    come, so its launches must reach its next look: the looks it has had did not decide
-    it. With `have` (as if only those launches were made), no look has been taken."""
+    Without `have` a cell has all its launches, and a pair's looks so far did not decide
+    it; with `have` a cell has that many (from the first launches, as if the others had
+    not been made), and no look has been taken yet."""
     if not pairs:
         return 0.0
     used = sorted({i for p in pairs for i in (p.a, p.b)})
-    if any(cells[i].n < 2 for i in used):
-        return math.inf
     at = {cell: k for k, cell in enumerate(used)}
     n = [float(cells[i].n if have is None else have[i]) for i in used]
+    v = [spread(cells[i]) for i in used]
     ends = [(at[p.a], at[p.b]) for p in pairs]
-    looks = [0.0] * len(pairs)
-    if have is None:
-        for k, (a, b) in enumerate(ends):
-            later = [x for x in sequential.LOOKS if x > n[a] + n[b]]
-            if not later:
-                return math.inf
-            looks[k] = float(later[0])
-    return _Dual(
-        c=[cells[i].launch_s for i in used],
-        n=n,
-        floor_n=[max(x, float(sequential.MIN_SIDE)) for x in n],
-        v=[float(np.var(cells[i].logs, ddof=1)) for i in used],
+    looks = []
+    for p, (a, b) in zip(pairs, ends, strict=True):
+        after = int(n[a] + n[b]) if have is None else 2 * sequential.MIN_SIDE - 1
+        look = first_look(math.sqrt(v[a]) + math.sqrt(v[b]), p.target, after)
+        if look is None:
+            return math.inf
+        looks.append(float(look))
+    problem = Problem(
+        c=np.array([cells[i].launch_s for i in used]),
+        n=np.array(n),
+        floor=np.maximum(np.array(n), float(sequential.MIN_SIDE)),
+        v=np.array(v),
         ends=ends,
-        h=[(p.target / z) ** 2 for p in pairs],
-        looks=looks,
-    ).solve()
+        h=np.array([(p.target / ZT) ** 2 for p in pairs]),
+        looks=np.array(looks),
+    )
+    floors = float(problem.c @ (problem.floor - problem.n))  # the dual at zero multipliers
+    return max(problem.bound(*problem.multipliers()), floors)
 
 
 @dataclasses.dataclass
-class _Dual:
-    """The dual of the problem in the module's docstring, for one set of pairs, in
-    launches N (where the constraints are convex and the look's is linear):
+class Problem:
+    """The convex problem of the module's docstring for one set of pairs: cells' costs
+    c, launches made n and floors, variances v; each pair's ends, spread limit h and
+    first possible look."""
 
-        minimise  sum_i c_i (N_i - n_i)
-        subject to  v_a / N_a + v_b / N_b <= h_p  and  N_a + N_b >= look_p  (each pair p),
-                    N_i >= floor_n_i.
-
-    With multipliers lam_p (spread) and mu_p (look), the Lagrangian splits by cell into
-    (c_i - M_i) N_i + W_i / N_i, M_i the sum of its pairs' mu, W_i = v_i times the sum
-    of their lam; its minimum over N_i is at sqrt(W_i / (c_i - M_i)), clipped below at
-    floor_n_i, and is minus infinity once M_i > c_i, which the ascent never allows. Any
-    multipliers give a lower bound (weak duality)."""
-
-    c: list[float]
-    n: list[float]
-    floor_n: list[float]
-    v: list[float]
+    c: np.ndarray
+    n: np.ndarray
+    floor: np.ndarray
+    v: np.ndarray
     ends: list[tuple[int, int]]
-    h: list[float]
-    looks: list[float]
+    h: np.ndarray
+    looks: np.ndarray
 
-    def __post_init__(self) -> None:
-        self.lam = [0.0] * len(self.ends)
-        self.mu = [0.0] * len(self.ends)
+    def bound(self, lam: np.ndarray, mu: np.ndarray) -> float:
+        """The dual function at multipliers lam (spread) and mu (look) >= 0: the
+        Lagrangian's minimum over N >= floor, cell by cell (c_i - M_i) N_i + W_i / N_i,
+        M_i the sum of its pairs' mu and W_i its variance times the sum of their lam.
+        A valid lower bound for any such multipliers; -inf where some M_i > c_i."""
+        m, w = np.zeros_like(self.c), np.zeros_like(self.c)
+        for (a, b), x, y in zip(self.ends, mu, lam, strict=True):
+            m[[a, b]] += x
+            w[a] += self.v[a] * y
+            w[b] += self.v[b] * y
+        e = self.c - m
+        if np.any(e < 0):
+            return -math.inf
+        with np.errstate(divide="ignore", invalid="ignore"):
+            best = np.where(e > 0, np.sqrt(w / np.where(e > 0, e, 1.0)), np.inf)
+        launches = np.maximum(self.floor, best)
+        # where e = 0 the infimum of W / N is 0 (N unbounded): the e N term is 0 too
+        inner = np.where(np.isinf(launches), 0.0, e * launches + w / launches)
+        return float(inner.sum() - self.c @ self.n - lam @ self.h + mu @ self.looks)
 
-    def _sums(self) -> tuple[list[float], list[float]]:
-        """(M_i, lam summed) of each cell."""
-        m, lam = [0.0] * len(self.c), [0.0] * len(self.c)
-        for (a, b), x, y in zip(self.ends, self.mu, self.lam, strict=True):
-            m[a] += x
-            m[b] += x
-            lam[a] += y
-            lam[b] += y
-        return m, lam
-
-    def _launches(self, i: int, m: float, lam: float) -> float:
-        """N_i minimising (c_i - m) N + v_i lam / N over N >= floor_n_i."""
-        w, e = self.v[i] * lam, self.c[i] - m
-        if w <= 0:
-            return self.floor_n[i]
-        return max(self.floor_n[i], math.sqrt(w / e)) if e > 0 else math.inf
-
-    def launches(self) -> list[float]:
-        m, lam = self._sums()
-        return [self._launches(i, m[i], lam[i]) for i in range(len(self.c))]
-
-    def bound(self) -> float:
-        m, lam = self._sums()
-        total = sum(y * h for y, h in zip(self.mu, self.looks, strict=True))
-        total -= sum(x * h for x, h in zip(self.lam, self.h, strict=True))
-        for i in range(len(self.c)):
-            n = self._launches(i, m[i], lam[i])
-            e = self.c[i] - m[i]
-            # at e = 0 with no spread weight the minimum is e N = 0, whatever N
-            total += (e * n if e > 0 else 0.0) + (self.v[i] * lam[i] / n) - self.c[i] * self.n[i]
-        return total
-
-    def feasible_cost(self) -> float:
-        """The cost of N(lam, mu) scaled up until every pair's constraints hold."""
-        ns = self.launches()
-        if any(math.isinf(x) for x in ns):
-            return math.inf
-        grow = 1.0
+    def _constraints(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        """Each constraint's value f (feasible: f < 0), gradient and Hessian at x: the
+        spread and look constraints of each pair, then the floors."""
+        k = len(self.c)
+        vals, grads, hessians = [], [], []
         for (a, b), h, look in zip(self.ends, self.h, self.looks, strict=True):
-            grow = max(grow, (self.v[a] / ns[a] + self.v[b] / ns[b]) / h, look / (ns[a] + ns[b]))
-        return sum(c * (grow * x - n) for c, x, n in zip(self.c, ns, self.n, strict=True))
+            g = np.zeros(k)
+            g[a] -= self.v[a] / x[a] ** 2
+            g[b] -= self.v[b] / x[b] ** 2
+            hess = np.zeros((k, k))
+            hess[a, a] += 2 * self.v[a] / x[a] ** 3
+            hess[b, b] += 2 * self.v[b] / x[b] ** 3
+            vals.append(self.v[a] / x[a] + self.v[b] / x[b] - h)
+            grads.append(g)
+            hessians.append(hess)
+            g = np.zeros(k)
+            g[[a, b]] = -1.0
+            vals.append(look - x[a] - x[b])
+            grads.append(g)
+            hessians.append(np.zeros((k, k)))
+        for i in range(k):
+            g = np.zeros(k)
+            g[i] = -1.0
+            vals.append(self.floor[i] - x[i])
+            grads.append(g)
+            hessians.append(np.zeros((k, k)))
+        return np.array(vals), np.array(grads), hessians
 
-    def _slope(self, p: int, which: str, value: float) -> float:
-        """The dual's derivative along lam_p or mu_p at this value (the others held):
-        nonincreasing in it."""
-        old = getattr(self, which)[p]
-        getattr(self, which)[p] = value
-        a, b = self.ends[p]
-        ns = self.launches()
-        getattr(self, which)[p] = old
-        if which == "lam":
-            return self.v[a] / ns[a] + self.v[b] / ns[b] - self.h[p]
-        return self.looks[p] - ns[a] - ns[b]
+    def start(self) -> np.ndarray:
+        """A strictly feasible point: each cell past its floor and its pairs' looks, and
+        its share of every spread limit under a third of it."""
+        x = self.floor + 1.0
+        for (a, b), h, look in zip(self.ends, self.h, self.looks, strict=True):
+            for i in (a, b):
+                x[i] = max(x[i], look + 1.0, 3.0 * self.v[i] / h + 1.0)
+        return x
 
-    def _ascend(self, p: int, which: str) -> None:
-        """Set lam_p or mu_p to where the dual's derivative along it crosses zero."""
-        getattr(self, which)[p] = 0.0
-        if self._slope(p, which, 0.0) <= 0:
-            return
-        if which == "mu":  # keep every cell's M below its cost
-            m, _ = self._sums()
-            a, b = self.ends[p]
-            high = min(self.c[a] - m[a], self.c[b] - m[b])
-        else:
-            high = 1.0
-            while self._slope(p, which, high) > 0:
-                high *= 4
-        low = 0.0
+    def multipliers(self) -> tuple[np.ndarray, np.ndarray]:
+        """(lam, mu) from the barrier method's last central point: 1 / (t (-f)) for each
+        pair's spread and look constraint (the floors are kept in the dual's minimum)."""
+        x = self.start()
+        count = 2 * len(self.ends) + len(self.c)
+        t = count / max(float(self.c @ x), 1e-9)
+        while True:
+            x = self._centre(x, t)
+            vals, _, _ = self._constraints(x)
+            if count / t <= GAP * max(float(self.c @ (x - self.n)), 1e-9) or t > 1e15:
+                break
+            t *= 20.0
+        duals = 1.0 / (t * -vals[: 2 * len(self.ends)])
+        lam, mu = duals[0::2], duals[1::2]
+        # an inexact centre can leave a cell's mu a hair above its cost: scale them in
+        m = np.zeros_like(self.c)
+        for (a, b), y in zip(self.ends, mu, strict=True):
+            m[[a, b]] += y
+        over = np.max(np.where(self.c > 0, m / self.c, 0.0), initial=0.0)
+        return lam, mu / max(1.0, over * (1 + 1e-12))
+
+    def _centre(self, x: np.ndarray, t: float) -> np.ndarray:
+        """Newton's method on t c.x - sum log(-f(x)), from a strictly feasible x."""
+
+        def phi(y: np.ndarray) -> float:
+            vals, _, _ = self._constraints(y)
+            return math.inf if np.any(vals >= 0) else float(t * self.c @ y - np.log(-vals).sum())
+
         for _ in range(100):
-            mid = (low + high) / 2
-            low, high = (mid, high) if self._slope(p, which, mid) > 0 else (low, mid)
-            if high - low <= 1e-12 * high:
+            vals, grads, hessians = self._constraints(x)
+            grad = t * self.c + (grads / -vals[:, None]).sum(axis=0)
+            hess = sum(
+                (
+                    np.outer(g, g) / f**2 + hf / -f
+                    for f, g, hf in zip(vals, grads, hessians, strict=True)
+                ),
+                start=np.zeros((len(x), len(x))),
+            )
+            step = -np.linalg.solve(hess, grad)
+            decrement = float(-grad @ step)
+            if decrement / 2 <= 1e-12:
                 break
-        getattr(self, which)[p] = low if which == "mu" else high
-
-    def solve(self) -> float:
-        best = self.bound()
-        for _ in range(MAX_SWEEPS):
-            for p in range(len(self.ends)):
-                self._ascend(p, "lam")
-                self._ascend(p, "mu")
-            best = max(best, self.bound())
-            if self.feasible_cost() - best <= TOLERANCE * max(best, 1.0):
-                break
-        return best
+            size, now = 1.0, phi(x)
+            while phi(x + size * step) > now - 0.25 * size * decrement:
+                size /= 2
+                if size < 1e-12:
+                    return x
+            x = x + size * step
+        return x
 
 
 def least_more(
@@ -244,26 +256,27 @@ def least_more(
 ) -> list[float] | None:
     """For k = 0 .. len(pairs): a lower bound on the seconds of launches after which k of
     the undecided `pairs` would be decided (inf: not within the looks). None where a
-    group of pairs sharing cells is too large to try its subsets. A pair beyond the last
-    look counts as never decided.
+    group of pairs sharing cells is too large to try its subsets. `have`: as for
+    `least_seconds`.
 
-    Pairs that share no cell, directly or through other pairs, are independent groups:
-    each group's best subset of every size is found by trying its subsets, and the
-    groups are combined by the cheapest split of k among them. `have`: as for
-    `least_seconds`."""
+    A pair that alone could be decided at no look is left out. The others fall into
+    groups that share no cell, directly or through other pairs: each group's best subset
+    of every size is found by trying its subsets, and the groups are combined by the
+    cheapest split of k among them."""
     best = [0.0] + [math.inf] * len(pairs)
-    for group in _groups(pairs):
-        mine = [p for p in group if not pairs[p].beyond]
-        if len(mine) > MAX_GROUP_PAIRS:
+    hopeful = [k for k, p in enumerate(pairs) if least_seconds(cells, [p], have) < math.inf]
+    for group in _groups([pairs[k] for k in hopeful]):
+        if len(group) > MAX_GROUP_PAIRS:
             return None
+        mine = [pairs[hopeful[k]] for k in group]
         costs = [0.0] + [math.inf] * len(mine)
         for size in range(1, len(mine) + 1):
             for subset in itertools.combinations(mine, size):
-                costs[size] = min(
-                    costs[size], least_seconds(cells, [pairs[p] for p in subset], have)
-                )
+                costs[size] = min(costs[size], least_seconds(cells, subset, have))
         best = _combine(best, costs)
-    return best
+    # deciding k pairs decides k - 1 of them, so the bound for k - 1 holds for k too
+    # (it smooths the barrier's tolerance out of the counts)
+    return list(itertools.accumulate(best, max))
 
 
 def _groups(pairs: Sequence[Open]) -> list[list[int]]:

@@ -185,9 +185,16 @@ def decide(
 
 def needed_half_width(log_ratio: Num, precision: float) -> Num:
     """The half-width (in log ratio) at which a pair at this estimate would be decided:
-    the easier of excluding 1 and fitting inside [1 - P, 1 + P]."""
-    d = np.abs(log_ratio)
-    return np.maximum(d, min(math.log(1 + precision), -math.log(1 - precision)) - d)
+    the easier of excluding 1 and fitting inside [1 - P, 1 + P]. The second is
+    asymmetric in logs (log(1 + P) < -log(1 - P)): the room is to the nearer edge."""
+    room = np.minimum(math.log(1 + precision) - log_ratio, log_ratio - math.log(1 - precision))
+    return np.maximum(np.abs(log_ratio), room)
+
+
+def widest_inside(precision: float) -> float:
+    """The log ratio whose room inside [1 - P, 1 + P] is widest: half-way between the
+    edges in logs, log(1 - P^2) / 2, a little below 1."""
+    return math.log(1 - precision**2) / 2
 
 
 def next_side(a: Side, b: Side) -> str:
@@ -256,8 +263,9 @@ def favourable(
     or one row per pair.
 
     The ratio: the one within d +- z sqrt(sa + sb) that needs the widest interval to be
-    decided (`needed_half_width` is smallest half-way inside the precision, so the
-    candidates are the two ends and, where they straddle it, a ratio of exactly 1).
+    decided (`needed_half_width` is largest either at an end or, where the range holds
+    it, at `widest_inside`: the larger of |d|, convex, and the room inside the
+    precision, a tent peaking there).
     Each spread: its variance times k / (chi-square's upper z quantile at k = h - 1
     degrees of freedom), the low end of its one-sided interval (Wilson and Hilferty's
     approximation: within 1% of the exact quantile from k = 2 at z = 1)."""
@@ -266,7 +274,8 @@ def favourable(
     se = np.sqrt(sa + sb)
     lo, hi = d - z * se, d + z * se
     ends = np.maximum(needed_half_width(lo, precision), needed_half_width(hi, precision))
-    target = np.maximum(ends, needed_half_width(np.clip(0.0, lo, hi), precision))
+    inside = np.clip(widest_inside(precision), lo, hi)
+    target = np.maximum(ends, needed_half_width(inside, precision))
     return target, sa * _low_variance(ha - 1, z), sb * _low_variance(hb - 1, z)
 
 
