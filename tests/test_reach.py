@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.analysis import decisions
+from bench.analysis import decisions, textfit
 from bench.analysis.frame import synced_launches
 from bench.measure import reach, stats
 from bench.measure import sequential as sq
@@ -225,6 +225,9 @@ def test_a_group_too_large_to_try_is_not_computed() -> None:
     (row,) = decisions.reach_rows(r).to_dict("records")
     assert row["head-to-heads decided"] == "2 of 10"
     assert row["more minutes"].startswith("not computed")
+    # in text the sentence becomes a note under the table, named by the row's count
+    lines = textfit.table(decisions.reach_rows(r), 100)
+    assert any(ln.strip().startswith("[1] 2 of 10, more minutes: not computed") for ln in lines)
 
 
 def test_the_report_says_what_any_allocation_would_need() -> None:

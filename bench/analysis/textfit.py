@@ -69,12 +69,14 @@ def grid(df: pd.DataFrame) -> list[str]:
 
 
 def _label(row: pd.Series, keys: Sequence[str]) -> str:
-    """A row's name in a note: 'ddp x2', or its setting."""
-    if "engine" in keys and "workers" in keys:
+    """A row's name in a note: 'ddp x2', its setting, or else its first column's value
+    (a table keyed by none of `keys`, as the within-reach one)."""
+    have = [k for k in keys if k in row.index]
+    if "engine" in have and "workers" in have:
         return f"{row['engine']} x{row['workers']}"
-    if "a" in keys and "b" in keys:  # a pair of the decided table
+    if {"a", "b", "workers"} <= set(have):  # a pair of the decided table
         return f"{row['a']} / {row['b']} x{row['workers']}"
-    return " ".join(str(row[k]) for k in keys)
+    return " ".join(str(row[k]) for k in have or [row.index[0]])
 
 
 def _to_notes(df: pd.DataFrame, keys: Sequence[str], notes: list[str]) -> pd.DataFrame:

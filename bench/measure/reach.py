@@ -25,7 +25,8 @@ The least seconds that settle a set of pairs are then at least the value of
                 N_i >= max(n_i, MIN_SIDE),
 
 a convex problem (linear cost and look constraints, convex spread constraints), with
-c_i a cell's seconds a launch. Whole launches, a look only at its exact count, and a t
+c_i a cell's seconds a launch. It models the loop as it runs: Welch's interval
+(`sequential.TRIM` 0), `LOOKS` and `ALPHA` as they are. Whole launches, a look only at its exact count, and a t
 wider than ZT at most looks all add to what an allocation really needs: the bound is
 never a plan, and it shows a count out of reach (more than a budget had left) only at
 the measured values, which a few launches measure loosely.
@@ -126,7 +127,11 @@ def least_seconds(
         looks=np.array(looks),
     )
     floors = float(problem.c @ (problem.floor - problem.n))  # the dual at zero multipliers
-    return max(problem.bound(*problem.multipliers()), floors)
+    if problem.holds_at(problem.floor):  # the floors decide every pair: nothing to solve
+        return floors
+    bound = problem.bound(*problem.multipliers())
+    # a failed solve must not read as out of reach: the floors are always a bound
+    return max(bound, floors) if math.isfinite(bound) else floors
 
 
 @dataclasses.dataclass
@@ -162,6 +167,11 @@ class Problem:
         # where e = 0 the infimum of W / N is 0 (N unbounded): the e N term is 0 too
         inner = np.where(np.isinf(launches), 0.0, e * launches + w / launches)
         return float(inner.sum() - self.c @ self.n - lam @ self.h + mu @ self.looks)
+
+    def holds_at(self, x: np.ndarray) -> bool:
+        """Whether launches x meet every pair's spread and look constraint."""
+        vals, _, _ = self._constraints(x)
+        return bool(np.all(vals[: 2 * len(self.ends)] <= 0))
 
     def _constraints(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         """Each constraint's value f (feasible: f < 0), gradient and Hessian at x: the
@@ -209,7 +219,9 @@ class Problem:
         while True:
             x = self._centre(x, t)
             vals, _, _ = self._constraints(x)
-            if count / t <= GAP * max(float(self.c @ (x - self.n)), 1e-9) or t > 1e15:
+            # the duality gap at a central point is count / t: within GAP of the cost,
+            # or a millisecond where the cost is near 0
+            if count / t <= max(GAP * float(self.c @ (x - self.n)), 1e-3) or t > 1e15:
                 break
             t *= 20.0
         duals = 1.0 / (t * -vals[: 2 * len(self.ends)])
@@ -264,13 +276,14 @@ def least_more(
     of every size is found by trying its subsets, and the groups are combined by the
     cheapest split of k among them."""
     best = [0.0] + [math.inf] * len(pairs)
-    hopeful = [k for k, p in enumerate(pairs) if least_seconds(cells, [p], have) < math.inf]
-    for group in _groups([pairs[k] for k in hopeful]):
+    alone = {p: least_seconds(cells, [p], have) for p in pairs}
+    hopeful = [p for p in pairs if alone[p] < math.inf]
+    for group in _groups(hopeful):
         if len(group) > MAX_GROUP_PAIRS:
             return None
-        mine = [pairs[hopeful[k]] for k in group]
-        costs = [0.0] + [math.inf] * len(mine)
-        for size in range(1, len(mine) + 1):
+        mine = [hopeful[k] for k in group]
+        costs = [0.0, min(alone[p] for p in mine)] + [math.inf] * (len(mine) - 1)
+        for size in range(2, len(mine) + 1):
             for subset in itertools.combinations(mine, size):
                 costs[size] = min(costs[size], least_seconds(cells, subset, have))
         best = _combine(best, costs)
