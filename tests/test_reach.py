@@ -7,6 +7,7 @@ on a committed sweep."""
 
 from __future__ import annotations
 
+import heapq
 import math
 from pathlib import Path
 
@@ -305,3 +306,72 @@ def test_a_pair_already_narrow_enough_still_needs_its_next_look() -> None:
     assert reach.least_seconds(cells, [pair], have=[3, 3]) == pytest.approx(0.0, abs=1e-6)
     late = [_cell(0.001, 50, 5.0), _cell(0.001, 50, 7.0, 0.2)]  # past the last look
     assert reach.least_seconds(late, [reach.open_pair(late, 0, 1, 0.05)]) == math.inf
+
+
+def _cheapest_sequence(cells: list[sq.Side], pairs: list[tuple[int, int]]) -> float:
+    """The exact least seconds of launches after which the loop's own replay decides every
+    pair: Dijkstra over launch counts (and the pairs decided so far), each cell's launches
+    having exactly its measured mean and variance at every count, each pair looked at
+    when its total reaches a look past its launches so far, at the looks' confidence."""
+    mean = [float(np.mean(c.logs)) for c in cells]
+    var = [reach.spread(c) for c in cells]
+    start = tuple(c.n for c in cells)
+    after = [start[a] + start[b] for a, b in pairs]
+    full = (1 << len(pairs)) - 1
+
+    def decides(a: int, b: int, na: int, nb: int) -> bool:
+        sa, sb = var[a] / na, var[b] / nb
+        df = (sa + sb) ** 2 / (sa**2 / (na - 1) + sb**2 / (nb - 1))
+        half = stats.t_quantile(0.5 + sq.confidence() / 2, max(df, 1.0)) * math.sqrt(sa + sb)
+        d = mean[a] - mean[b]
+        return sq.outcome(math.exp(d - half), math.exp(d + half), 0.05) != sq.UNDECIDED
+
+    seen = {(start, 0): 0.0}
+    queue = [(0.0, start, 0)]
+    while queue:
+        cost, counts, done = heapq.heappop(queue)
+        if done == full:
+            return cost
+        if cost > seen[counts, done]:
+            continue
+        for i, cell in enumerate(cells):
+            now = tuple(n + (k == i) for k, n in enumerate(counts))
+            more = done
+            for p, (a, b) in enumerate(pairs):
+                total = now[a] + now[b]
+                if more >> p & 1 or i not in (a, b) or total not in sq.LOOKS:
+                    continue
+                if total > after[p] and min(now[a], now[b]) >= sq.MIN_SIDE:
+                    more |= decides(a, b, now[a], now[b]) << p
+            if any(
+                not more >> p & 1 and now[a] + now[b] >= sq.LOOKS[-1]
+                for p, (a, b) in enumerate(pairs)
+            ):
+                continue  # a pair past its last look, undecided: a dead end
+            if cost + cell.launch_s < seen.get((now, more), math.inf):
+                seen[now, more] = cost + cell.launch_s
+                heapq.heappush(queue, (cost + cell.launch_s, now, more))
+    return math.inf
+
+
+@pytest.mark.parametrize(
+    ("sds", "centres", "costs", "made"),
+    [
+        ((0.02, 0.03, 0.03), (0.0, 0.03, -0.035), (5.0, 6.0, 4.0), (3, 3, 3)),
+        ((0.03, 0.02, 0.04), (0.0, -0.025, 0.04), (9.0, 3.0, 5.0), (4, 3, 5)),
+        ((0.015, 0.03, 0.025), (0.0, 0.02, 0.028), (4.0, 8.0, 6.0), (3, 5, 4)),
+    ],
+)
+def test_no_launch_sequence_the_loop_would_decide_costs_less_than_the_bound(
+    sds: tuple[float, ...],
+    centres: tuple[float, ...],
+    costs: tuple[float, ...],
+    made: tuple[int, ...],
+) -> None:
+    """Two pairs sharing a cell, and the triangle of three: the exact cheapest launch
+    sequence under which the loop's replay decides them all costs at least the bound."""
+    cells = [_cell(sd, n, c, m) for sd, n, c, m in zip(sds, made, costs, centres, strict=True)]
+    for ends in ([(0, 1), (0, 2)], [(0, 1), (0, 2), (1, 2)]):
+        bound = reach.least_seconds(cells, [reach.open_pair(cells, a, b, 0.05) for a, b in ends])
+        exact = _cheapest_sequence(cells, ends)
+        assert 0 < bound <= exact + 1e-9 < math.inf, (ends, bound, exact)
