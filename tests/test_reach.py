@@ -102,19 +102,25 @@ def test_pairs_sharing_a_cell_cost_less_together_than_apart() -> None:
     assert all_three == pytest.approx(brute, rel=0.01) and all_three <= brute * (1 + 1e-6)
 
 
-@pytest.mark.parametrize("seed", range(20))
-def test_the_bound_never_exceeds_what_the_loop_projects(seed: int) -> None:
+def test_the_bound_never_exceeds_what_the_loop_projects() -> None:
     """For one pair, the loop's projection (whole launches, at its looks, t quantiles)
-    costs at least the bound: the bound is what no allocation can beat."""
-    rng = np.random.default_rng(seed)
-    cells = [
-        _cell(rng.uniform(0.01, 0.12), int(rng.integers(3, 12)), rng.uniform(3, 30), c)
-        for c in (0.0, rng.uniform(-0.1, 0.1))
-    ]
-    need = sq.more_launches(cells[0], cells[1], 0.05)
-    bound = reach.least_seconds(cells, [reach.open_pair(cells, 0, 1, 0.05)])
-    if need is not None:
-        assert bound <= need[0] * cells[0].launch_s + need[1] * cells[1].launch_s + 1e-9
+    costs at least the bound: the bound is what no allocation can beat. Random pairs,
+    of which the loop can project at least ten (the others are past its last look)."""
+    projected = 0
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        cells = [
+            _cell(rng.uniform(0.01, 0.12), int(rng.integers(3, 12)), rng.uniform(3, 30), c)
+            for c in (0.0, rng.uniform(-0.1, 0.1))
+        ]
+        need = sq.more_launches(cells[0], cells[1], 0.05)
+        if need is None:
+            continue
+        projected += 1
+        bound = reach.least_seconds(cells, [reach.open_pair(cells, 0, 1, 0.05)])
+        cost = need[0] * cells[0].launch_s + need[1] * cells[1].launch_s
+        assert bound <= cost + 1e-9, seed
+    assert projected >= 10
 
 
 def test_a_pair_too_noisy_for_the_last_look_is_out_of_reach() -> None:
