@@ -381,3 +381,28 @@ def test_no_launch_sequence_the_loop_would_decide_costs_less_than_the_bound(
         bound = reach.least_seconds(cells, [reach.open_pair(cells, a, b, 0.05) for a, b in ends])
         exact = _cheapest_sequence(cells, ends)
         assert 0 < bound <= exact + 1e-9 < math.inf, (ends, bound, exact)
+
+
+def test_the_barrier_steps_on_the_constraints_exact_derivatives() -> None:
+    """Newton's steps need each constraint's gradient and curvature: a wrong curvature
+    still ends at a valid bound, only slowly, so check them against finite differences
+    (a triangle of pairs: every cell in two of them)."""
+    problem = reach.Problem(
+        c=np.array([5.0, 6.0, 4.0]),
+        n=np.array([3.0, 4.0, 3.0]),
+        floor=np.array([3.0, 4.0, 3.0]),
+        v=np.array([0.04, 0.09, 0.02]) ** 2,
+        ends=[(0, 1), (0, 2), (1, 2)],
+        h=np.array([4e-4, 3e-4, 5e-4]),
+        looks=np.array([9.0, 12.0, 10.0]),
+    )
+    x, step = np.array([7.0, 11.0, 5.5]), 1e-4
+    vals, grads, curve = problem._constraints(x)
+    assert vals.shape == (2 * 3 + 3,) and grads.shape == (9, 3) and curve.shape == (3, 3)
+    for i in range(3):
+        e = np.zeros(3)
+        e[i] = step
+        up, down = problem._constraints(x + e)[0], problem._constraints(x - e)[0]
+        np.testing.assert_allclose(grads[:, i], (up - down) / (2 * step), rtol=1e-6, atol=1e-12)
+        second = (up[:3] - 2 * vals[:3] + down[:3]) / step**2
+        np.testing.assert_allclose(curve[:, i], second, rtol=1e-4, atol=1e-12)

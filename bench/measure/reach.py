@@ -148,17 +148,21 @@ class Problem:
     h: np.ndarray
     looks: np.ndarray
 
+    def __post_init__(self) -> None:
+        # which two cells each pair joins, a row per pair
+        self._joins = np.zeros((len(self.ends), len(self.c)))
+        for row, (a, b) in enumerate(self.ends):
+            self._joins[row, [a, b]] = 1.0
+        # the look and floor constraints are linear: their gradients never change
+        self._linear = -np.vstack([self._joins, np.eye(len(self.c))])
+
     def bound(self, lam: np.ndarray, mu: np.ndarray) -> float:
         """The dual function at multipliers lam (spread) and mu (look) >= 0: the
         Lagrangian's minimum over N >= floor, cell by cell (c_i - M_i) N_i + W_i / N_i,
         M_i the sum of its pairs' mu and W_i its variance times the sum of their lam.
         A valid lower bound for any such multipliers; -inf where some M_i > c_i."""
-        m, w = np.zeros_like(self.c), np.zeros_like(self.c)
-        for (a, b), x, y in zip(self.ends, mu, lam, strict=True):
-            m[[a, b]] += x
-            w[a] += self.v[a] * y
-            w[b] += self.v[b] * y
-        e = self.c - m
+        w = self.v * (lam @ self._joins)
+        e = self.c - mu @ self._joins
         if np.any(e < 0):
             return -math.inf
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -173,33 +177,17 @@ class Problem:
         vals, _, _ = self._constraints(x)
         return bool(np.all(vals[: 2 * len(self.ends)] <= 0))
 
-    def _constraints(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-        """Each constraint's value f (feasible: f < 0), gradient and Hessian at x: the
-        spread and look constraints of each pair, then the floors."""
-        k = len(self.c)
-        vals, grads, hessians = [], [], []
-        for (a, b), h, look in zip(self.ends, self.h, self.looks, strict=True):
-            g = np.zeros(k)
-            g[a] -= self.v[a] / x[a] ** 2
-            g[b] -= self.v[b] / x[b] ** 2
-            hess = np.zeros((k, k))
-            hess[a, a] += 2 * self.v[a] / x[a] ** 3
-            hess[b, b] += 2 * self.v[b] / x[b] ** 3
-            vals.append(self.v[a] / x[a] + self.v[b] / x[b] - h)
-            grads.append(g)
-            hessians.append(hess)
-            g = np.zeros(k)
-            g[[a, b]] = -1.0
-            vals.append(look - x[a] - x[b])
-            grads.append(g)
-            hessians.append(np.zeros((k, k)))
-        for i in range(k):
-            g = np.zeros(k)
-            g[i] = -1.0
-            vals.append(self.floor[i] - x[i])
-            grads.append(g)
-            hessians.append(np.zeros((k, k)))
-        return np.array(vals), np.array(grads), hessians
+    def _constraints(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each constraint's value f (feasible: f < 0) and gradient at x: the pairs'
+        spread constraints, then their look constraints, then the floors. Only the
+        spread constraints curve, and only along their own two cells: the third value
+        is each one's Hessian diagonal, a row per pair."""
+        share = self.v / x  # a cell's term v_i / N_i in its pairs' variance
+        vals = np.concatenate(
+            [self._joins @ share - self.h, self.looks - self._joins @ x, self.floor - x]
+        )
+        spread = self._joins * (-share / x)
+        return vals, np.vstack([spread, self._linear]), self._joins * (2 * share / x**2)
 
     def start(self) -> np.ndarray:
         """A strictly feasible point: each cell past its floor and its pairs' looks, and
@@ -224,12 +212,11 @@ class Problem:
             if count / t <= max(GAP * float(self.c @ (x - self.n)), 1e-3) or t > 1e15:
                 break
             t *= 20.0
-        duals = 1.0 / (t * -vals[: 2 * len(self.ends)])
-        lam, mu = duals[0::2], duals[1::2]
+        pairs = len(self.ends)
+        lam = 1.0 / (t * -vals[:pairs])
+        mu = 1.0 / (t * -vals[pairs : 2 * pairs])
         # an inexact centre can leave a cell's mu a hair above its cost: scale them in
-        m = np.zeros_like(self.c)
-        for (a, b), y in zip(self.ends, mu, strict=True):
-            m[[a, b]] += y
+        m = mu @ self._joins
         over = np.max(np.where(self.c > 0, m / self.c, 0.0), initial=0.0)
         return lam, mu / max(1.0, over * (1 + 1e-12))
 
@@ -241,14 +228,11 @@ class Problem:
             return math.inf if np.any(vals >= 0) else float(t * self.c @ y - np.log(-vals).sum())
 
         for _ in range(100):
-            vals, grads, hessians = self._constraints(x)
+            vals, grads, curve = self._constraints(x)
             grad = t * self.c + (grads / -vals[:, None]).sum(axis=0)
-            hess = sum(
-                (
-                    np.outer(g, g) / f**2 + hf / -f
-                    for f, g, hf in zip(vals, grads, hessians, strict=True)
-                ),
-                start=np.zeros((len(x), len(x))),
+            spread = vals[: len(self.ends)]
+            hess = grads.T @ (grads / vals[:, None] ** 2) + np.diag(
+                (curve / -spread[:, None]).sum(axis=0)
             )
             step = -np.linalg.solve(hess, grad)
             decrement = float(-grad @ step)
