@@ -32,9 +32,9 @@ from bench.measure import sequential  # noqa: E402
 PRECISION = 0.05
 
 
-def settled(folder: Path) -> pd.DataFrame:
-    """A row per pair: its replayed sequential outcome and its fixed-n 95% outcome."""
-    df = synced_launches(folder)
+def settled(df: pd.DataFrame) -> pd.DataFrame:
+    """A row per pair of one run's launches: its replayed sequential outcome and its
+    fixed-n 95% outcome."""
     rows = []
     for model, gdf in df.groupby("model", sort=True):
         ok = decisions.usable(gdf)
@@ -81,14 +81,13 @@ def summary(out: Path, count: int = 10) -> str:
             folder = pass_dir / run
             if not (folder / "runs.jsonl").exists():
                 continue
-            table = settled(folder)
+            table = settled(synced_launches(folder))
             wall = folder / "wall-seconds"
             minutes = f"{int(wall.read_text()) / 60:.1f}" if wall.exists() else "?"
             counts = []
             for what in ("head to head", "efficiency"):
-                part = table[table["what"] == what]
                 for col in ("at the looks", "fixed-n 95%"):
-                    counts.append(f"{(part[col] != sequential.UNDECIDED).sum()} of {len(part)}")
+                    counts.append(_count(table, col, what))
             lines.append(
                 f"| {pass_dir.name} | {run} | {launches(folder)} | {minutes} | "
                 + " | ".join(counts)
@@ -98,6 +97,44 @@ def summary(out: Path, count: int = 10) -> str:
                 f"\n{pass_dir.name} {run}:\n" + table.drop(columns="what").to_string(index=False)
             )
     return "\n".join(lines) + "\n" + "\n".join(detail)
+
+
+def same_minutes(pass_dir: Path) -> pd.DataFrame:
+    """Fixed repeats against the loop in the same minutes: for each count r of repeats
+    from MIN_SIDE (the fixed sweep runs round by round, so its first r rounds are a sweep
+    of r repeats), those rounds' minutes of launches and the head-to-heads their fixed-n
+    95% interval settles; beside them, what the loop had settled at its looks within as
+    many minutes of its own launches. Minutes count launches only (each record's launch
+    seconds, as the decided table and the reach bound do), not the harness between them.
+
+    A loop cut short this way had planned for its whole budget (its give-up rule reads
+    the budget left), so its count at a cut is one a loop given that budget would at
+    least match."""
+    fixed = synced_launches(pass_dir / "fixed")
+    loop = synced_launches(pass_dir / "decide")
+    spent = loop["launch_s"].cumsum() / 60
+    rows = []
+    made = int(fixed.groupby(["engine", "model", "workers"]).size().min())  # whole rounds
+    for r in range(sequential.MIN_SIDE, made + 1):
+        rounds = fixed[fixed["repeat"] < r]
+        minutes = rounds["launch_s"].sum() / 60
+        head = settled(rounds)
+        cut = settled(loop[spent <= minutes])
+        rows.append(
+            {
+                "fixed repeats": r,
+                "minutes of launches": round(minutes, 1),
+                "fixed: settled (fixed-n 95%)": _count(head, "fixed-n 95%"),
+                "loop: settled at its looks, same minutes": _count(cut, "at the looks"),
+                "loop launches by then": int((spent <= minutes).sum()),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _count(table: pd.DataFrame, column: str, what: str = "head to head") -> str:
+    part = table[table["what"] == what]
+    return f"{(part[column] != sequential.UNDECIDED).sum()} of {len(part)}"
 
 
 def launches(folder: Path) -> int:
@@ -110,8 +147,17 @@ def main() -> int:
     parser.add_argument(
         "--reach", type=int, default=10, help="head-to-heads for the last column (10)"
     )
+    parser.add_argument(
+        "--same-minutes",
+        action="store_true",
+        help="instead: each pass's fixed repeats against the loop cut at the same minutes",
+    )
     args = parser.parse_args()
-    print(summary(args.out, args.reach))
+    if not args.same_minutes:
+        print(summary(args.out, args.reach))
+        return 0
+    for pass_dir in sorted(args.out.glob("pass*")):
+        print(f"\n{pass_dir.name}:\n" + same_minutes(pass_dir).to_markdown(index=False))
     return 0
 
 

@@ -1,15 +1,19 @@
 """scripts/decide_vs_fixed.py: the pairs each run settled, read back from the committed
 comparison (results/reference/decide-vs-fixed-2026-12-03) and checked against scipy's
-Welch interval on the records' own throughputs."""
+Welch interval on the records' own throughputs; and the two runs cut at the same minutes."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+from typing import Any
 
 import numpy as np
 import pytest
 
+from bench.analysis import decisions
+from bench.analysis.frame import synced_launches
 from tests.conftest import ROOT, script
 
 EXPERIMENT = ROOT / "results" / "reference" / "decide-vs-fixed-2026-12-03"
@@ -30,7 +34,7 @@ def test_each_head_to_heads_fixed_n_interval_is_welchs_on_its_records(
     monkeypatch: pytest.MonkeyPatch, run: str
 ) -> None:
     scipy_stats = pytest.importorskip("scipy.stats")  # scikit-learn's dependency: always here
-    table = script("decide_vs_fixed", monkeypatch).settled(EXPERIMENT / run)
+    table = script("decide_vs_fixed", monkeypatch).settled(synced_launches(EXPERIMENT / run))
     heads = table[table["what"] == "head to head"]
     assert len(heads) == 12
     for _, row in heads.iterrows():
@@ -45,3 +49,73 @@ def test_each_head_to_heads_fixed_n_interval_is_welchs_on_its_records(
             else "undecided"
         )  # fmt: skip
         assert row["fixed-n 95%"] == expected
+
+
+def _settled_by_welch(scipy_stats: Any, records: list[dict[str, Any]]) -> int:
+    """Head-to-heads a fixed-n 95% Welch interval settles at +-5% over these records."""
+    logs: dict[tuple[str, int, str], list[float]] = {}
+    for r in records:
+        cell = (r["spec"]["model"], r["world_size"], r["engine"])
+        logs.setdefault(cell, []).append(math.log(r["throughput"]))
+    settled = 0
+    for (model, workers, a), (model_b, workers_b, b) in itertools.combinations(sorted(logs), 2):
+        if (model, workers) != (model_b, workers_b):
+            continue
+        test = scipy_stats.ttest_ind(
+            logs[model, workers, a], logs[model, workers, b], equal_var=False
+        )
+        ci = test.confidence_interval(0.95)
+        low, high = math.exp(ci.low), math.exp(ci.high)
+        settled += high < 1 or low > 1 or (low >= 0.95 and high <= 1.05)
+    return settled
+
+
+def test_fixed_repeats_meet_the_loop_at_the_same_minutes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each row's fixed sweep is its first r rounds (it runs round by round), their
+    minutes the launches' own seconds, their count Welch's; the loop's count at a cut
+    can only grow with the minutes, and never passes what its whole run settled."""
+    scipy_stats = pytest.importorskip("scipy.stats")
+    mod = script("decide_vs_fixed", monkeypatch)
+    table = mod.same_minutes(EXPERIMENT / "pass1")
+    lines = (EXPERIMENT / "pass1" / "fixed" / "runs.jsonl").read_text().splitlines()
+    ok = [r for r in map(json.loads, lines) if r["status"] == "ok" and r["spec"]["grad_sync"]]
+    per_round = len({(r["spec"]["model"], r["engine"], r["world_size"]) for r in ok})
+    assert per_round == 12
+    assert table["fixed repeats"].tolist() == list(range(3, len(ok) // per_round + 1))
+    for _, row in table.iterrows():
+        first = ok[: row["fixed repeats"] * per_round]
+        seconds = sum(r.get("launch_to_exit_s") or r["launch_to_stop_s"] for r in first)
+        assert row["minutes of launches"] == pytest.approx(seconds / 60, abs=0.051)
+        want = _settled_by_welch(scipy_stats, first)
+        assert row["fixed: settled (fixed-n 95%)"] == f"{want} of 12"
+    loop = [int(c.split(" of ")[0]) for c in table["loop: settled at its looks, same minutes"]]
+    assert loop == sorted(loop) and table["loop launches by then"].is_monotonic_increasing
+    whole = mod.settled(synced_launches(EXPERIMENT / "pass1" / "decide"))
+    heads = whole[whole["what"] == "head to head"]
+    assert loop[-1] <= (heads["at the looks"] != "undecided").sum()
+
+
+@pytest.mark.parametrize("run", ["pass1/decide", "pass2/decide"])
+def test_the_even_split_replayed_look_by_look_is_the_loops_own_decision(
+    monkeypatch: pytest.MonkeyPatch, run: str
+) -> None:
+    """scripts/spending_check.py takes each look alone at its share of alpha: at the even
+    share that must be the loop's decision, pair by pair."""
+    mod = script("spending_check", monkeypatch)
+    even = mod.splits()["even (the loop's)"]
+    df = synced_launches(EXPERIMENT / run)
+    seen = 0
+    for _, g in df.groupby("model"):
+        ok = decisions.usable(g)
+        sides = decisions.Sides(ok)
+        for pair in decisions.pairs(ok):
+            whole = decisions.decide(ok, pair, 0.05, sides).outcome
+            assert mod.first_deciding(ok, pair, sides, even) == whole
+            seen += 1
+    assert seen == 18  # 12 head-to-heads and 6 efficiencies
+    # the first round, three launches a cell: only the first look can see it, at 95%
+    # with the whole alpha against 99.4% with an eighth, so it settles more
+    first_round = df.iloc[:36]
+    assert first_round.groupby(["engine", "model", "workers"]).size().tolist() == [3] * 12
+    first_only = [1.0] + [0.0] * (len(even) - 1)
+    assert mod.settled(first_round, first_only) > mod.settled(first_round, even)

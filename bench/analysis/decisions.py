@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -104,15 +104,18 @@ def decide(
     precision: float,
     sides: Sides | None = None,
     trim: float = sequential.TRIM,
+    alpha: float = sequential.ALPHA,
+    looks: Sequence[int] = sequential.LOOKS,
 ) -> sequential.Decision:
-    """The pair's sequential decision, its looks replayed in launch order (`trim`: the
-    interval's, as bench.measure.sequential takes it; Welch's by default)."""
+    """The pair's sequential decision, its looks replayed in launch order (`trim`,
+    `alpha`, `looks`: as bench.measure.sequential takes them; its defaults are the
+    loop's)."""
     made = sides or Sides(ok)
     a, b = made(pair.a_rows), made(pair.b_rows)
     # record order is launch order: the frame keeps the order records were appended
     on_a = set(pair.a_rows)
     order = ["a" if i in on_a else "b" for i in sorted({*pair.a_rows, *pair.b_rows})]
-    return sequential.decide(a, b, order, precision, pair.scale, trim=trim)
+    return sequential.decide(a, b, order, precision, pair.scale, alpha, looks, trim)
 
 
 def _reading(pair: Pair, d: sequential.Decision, precision: float) -> str:

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Alpha spent unevenly over the looks, tried on the committed loop sweeps.
+
+    .venv/bin/python scripts/spending_check.py results/reference/decide-vs-fixed-*/pass*
+
+At the same minutes, fixed repeats at one fixed-n 95% interval settle more head-to-heads
+early on than the loop at its looks (scripts/decide_vs_fixed.py --same-minutes): each of
+the loop's 8 looks is at 1 - 0.05 / 8 = 99.4%, and at three launches a side Student's t
+at that level is about twice its 95% value. Any split of alpha over the looks that sums
+to 0.05 keeps the loop's guarantee (the Bonferroni bound of bench/measure/sequential.py
+holds for any weights), so spending more at the first looks could settle the pairs
+that differ a lot sooner, at the cost of wider late looks for the close ones.
+
+This replays each pass's loop launches, in their order, under each split: the
+head-to-heads settled by the launches made within the minutes of r fixed rounds (the
+fixed sweep's own cut, as in --same-minutes) and by the whole run. A replay keeps the
+loop's launches, which it chose under the even split; a loop run under another split
+would have moved launches off the pairs settled sooner.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.analysis import decisions  # noqa: E402
+from bench.analysis.frame import synced_launches  # noqa: E402
+from bench.measure import sequential  # noqa: E402
+
+PRECISION = 0.05
+
+
+def splits() -> dict[str, list[float]]:
+    """Shares of alpha at each look, each summing to 1."""
+    k = len(sequential.LOOKS)
+    out = {"even (the loop's)": [1 / k] * k, "half at the first": [0.5] + [0.5 / (k - 1)] * (k - 1)}
+    for q in (0.7, 0.5):
+        w = np.array([q**i for i in range(k)])
+        out[f"falling by {q}"] = list(w / w.sum())
+    return out
+
+
+def first_deciding(
+    ok: pd.DataFrame, pair: decisions.Pair, sides: decisions.Sides, shares: list[float]
+) -> str:
+    """The pair's outcome at the first look that decides it, each look at its own share
+    of alpha (a one-look `decide` per look)."""
+    for look, share in zip(sequential.LOOKS, shares, strict=True):
+        alpha = share * sequential.ALPHA
+        d = decisions.decide(ok, pair, PRECISION, sides, alpha=alpha, looks=(look,))
+        if d.outcome != sequential.UNDECIDED:
+            return d.outcome
+    return sequential.UNDECIDED
+
+
+def settled(df: pd.DataFrame, shares: list[float]) -> int:
+    count = 0
+    for _, g in df.groupby("model", sort=True):
+        ok = decisions.usable(g)
+        sides = decisions.Sides(ok)
+        for pair in decisions.pairs(ok):
+            if pair.what == "head to head":
+                count += first_deciding(ok, pair, sides, shares) != sequential.UNDECIDED
+    return count
+
+
+def table(pass_dir: Path) -> pd.DataFrame:
+    fixed = synced_launches(pass_dir / "fixed")
+    loop = synced_launches(pass_dir / "decide")
+    spent = loop["launch_s"].cumsum() / 60
+    made = int(fixed.groupby(["engine", "model", "workers"]).size().min())
+    cuts = [
+        (f"{r} fixed rounds", fixed[fixed["repeat"] < r]["launch_s"].sum() / 60)
+        for r in range(3, made + 1)
+    ]
+    cuts.append(("the whole run", float(spent.iloc[-1])))
+    rows = []
+    for name, minutes in cuts:
+        row: dict[str, object] = {"cut": name, "minutes of launches": round(minutes, 1)}
+        for split, shares in splits().items():
+            row[split] = settled(loop[spent <= minutes + 1e-9], shares)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "passes", nargs="+", type=Path, help="pass folders of scripts/decide_vs_fixed.sh"
+    )
+    args = parser.parse_args()
+    print("head-to-heads of 12 the loop's launches settle, alpha split over the looks as named")
+    for pass_dir in args.passes:
+        print(f"\n{pass_dir}:\n" + table(pass_dir).to_markdown(index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
