@@ -599,6 +599,7 @@ def test_a_pair_the_budget_left_cannot_settle_gives_way() -> None:
     assert pairs_chosen(cheapest - 1) == ([], 3)
     why = _why_none(0, 3, 3, cheapest - 1)  # what the loop then prints as it stops
     assert why.startswith("no more can be decided within the budget: 3 would need more")
+    assert why.endswith("even at ratios and spreads a standard error more favourable than measured")
 
 
 def test_an_aa_sweep_runs_every_cell_as_two_engines() -> None:

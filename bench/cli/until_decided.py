@@ -145,9 +145,11 @@ def _why_none(decided: int, total: int, past_budget: int, left_s: float) -> str:
     if decided == total:
         return "every pair decided"
     if past_budget:
+        # the premise is said, as the reach line that follows takes the measured values
         return (
             f"no more can be decided within the budget: {past_budget} would need more "
-            f"than the {clock(max(left_s, 0.0))} left"
+            f"than the {clock(max(left_s, 0.0))} left, even at ratios and spreads a "
+            "standard error more favourable than measured"
         )
     return "no more can be decided within the looks"
 
