@@ -119,3 +119,17 @@ def test_the_even_split_replayed_look_by_look_is_the_loops_own_decision(
     assert first_round.groupby(["engine", "model", "workers"]).size().tolist() == [3] * 12
     first_only = [1.0] + [0.0] * (len(even) - 1)
     assert mod.settled(first_round, first_only) > mod.settled(first_round, even)
+
+
+@pytest.mark.parametrize(("looks", "constant"), [((1, 2), 2.178), ((1, 2, 3, 4, 5), 2.413)])
+def test_pococks_level_is_the_textbook_constant_for_equal_looks(
+    monkeypatch: pytest.MonkeyPatch, looks: tuple[int, ...], constant: float
+) -> None:
+    """Pocock's C_P(K, 0.05), two-sided, equally spaced looks (Jennison and Turnbull,
+    Group Sequential Methods, table 2.1); the suite's looks lie between one and Bonferroni."""
+    mod = script("spending_check", monkeypatch)
+    assert mod.pocock_level(200_000, looks) == pytest.approx(
+        1 - math.erfc(constant / 2**0.5), abs=3e-4
+    )
+    ours = mod.pocock_level(200_000)
+    assert 0.95 < ours < 1 - 0.05 / 8
