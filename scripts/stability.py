@@ -101,8 +101,9 @@ def main() -> int:
     )
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     args = parser.parse_args()
-    if args.quota and cgroup.why_not():
-        parser.error(f"--quota needs a CPU quota cgroup ({cgroup.why_not()}); use --quota 0")
+    missing = cgroup.why_not() if args.quota else None
+    if missing:
+        parser.error(f"--quota needs a CPU quota cgroup ({missing}); use --quota 0")
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     pytest_args = ["-n", str(args.processes), "--dist", "loadfile", *args.pytest_args]
