@@ -17,6 +17,7 @@ spreads (bench/measure/reach.py: a lower bound).
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from pathlib import Path
 
@@ -99,34 +100,52 @@ def summary(out: Path, count: int = 10) -> str:
     return "\n".join(lines) + "\n" + "\n".join(detail)
 
 
-def same_minutes(pass_dir: Path) -> pd.DataFrame:
-    """Fixed repeats against the loop in the same minutes: for each count r of repeats
-    from MIN_SIDE (the fixed sweep runs round by round, so its first r rounds are a sweep
-    of r repeats), those rounds' minutes of launches and the head-to-heads their fixed-n
-    95% interval settles; beside them, what the loop had settled at its looks within as
-    many minutes of its own launches. Minutes count launches only (each record's launch
-    seconds, as the decided table and the reach bound do), not the harness between them.
-
-    A loop cut short this way had planned for its whole budget (its give-up rule reads
-    the budget left), so its count at a cut is one a loop given that budget would at
-    least match."""
+def fixed_rounds(pass_dir: Path) -> list[tuple[int, pd.DataFrame, float]]:
+    """The fixed sweep's first r rounds, for r from MIN_SIDE: (r, those launches, their
+    minutes of launches). The sweep runs round by round, so r rounds are a sweep of r
+    repeats. Minutes count launches only (each record's launch seconds, as the decided
+    table and the reach bound do), not the harness between them. The list ends at the
+    first round that is not whole: every cell has r ok launches in r rounds, or a failed
+    launch left the round short."""
     fixed = synced_launches(pass_dir / "fixed")
-    loop = synced_launches(pass_dir / "decide")
-    spent = loop["launch_s"].cumsum() / 60
-    rows = []
-    made = int(fixed.groupby(["engine", "model", "workers"]).size().min())  # whole rounds
-    for r in range(sequential.MIN_SIDE, made + 1):
+    cell = ["engine", "model", "workers"]
+    cells = fixed.groupby(cell).ngroups
+    out: list[tuple[int, pd.DataFrame, float]] = []
+    for r in itertools.count(sequential.MIN_SIDE):
         rounds = fixed[fixed["repeat"] < r]
-        minutes = rounds["launch_s"].sum() / 60
-        head = settled(rounds)
-        cut = settled(loop[spent <= minutes])
+        sizes = rounds.groupby(cell).size()
+        if len(sizes) < cells or (sizes != r).any():
+            return out
+        out.append((r, rounds, float(rounds["launch_s"].sum() / 60)))
+    raise AssertionError("unreachable")
+
+
+def within(loop: pd.DataFrame, minutes: float) -> pd.DataFrame:
+    """The loop's launches made within `minutes` of launches (record order is launch
+    order)."""
+    return loop[loop["launch_s"].cumsum() / 60 <= minutes + 1e-9]
+
+
+def same_minutes(pass_dir: Path) -> pd.DataFrame:
+    """Fixed repeats against the loop in the same minutes: for each whole count r of
+    fixed rounds (`fixed_rounds`), their minutes and the head-to-heads their fixed-n 95%
+    interval settles; beside them, what the loop had settled at its looks within as many
+    minutes of its own launches.
+
+    The loop's count at a cut estimates what a loop given that budget would settle, and
+    is no bound either way: with less budget its give-up rule would have skipped other
+    pairs, and its budget counts wall time, harness included, not launch seconds."""
+    loop = synced_launches(pass_dir / "decide")
+    rows = []
+    for r, rounds, minutes in fixed_rounds(pass_dir):
+        cut = within(loop, minutes)
         rows.append(
             {
                 "fixed repeats": r,
                 "minutes of launches": round(minutes, 1),
-                "fixed: settled (fixed-n 95%)": _count(head, "fixed-n 95%"),
-                "loop: settled at its looks, same minutes": _count(cut, "at the looks"),
-                "loop launches by then": int((spent <= minutes).sum()),
+                "fixed: settled (fixed-n 95%)": _count(settled(rounds), "fixed-n 95%"),
+                "loop: settled at its looks, same minutes": _count(settled(cut), "at the looks"),
+                "loop launches by then": len(cut),
             }
         )
     return pd.DataFrame(rows)

@@ -19,7 +19,9 @@ would have moved launches off the pairs settled sooner.
 
 The last column is not a split: every look at Pocock's constant, the level at which the
 looks' intervals, correlated as they are, miss together with chance exactly alpha in
-the normal model (Bonferroni's sum is a bound, loose for looks this close).
+the normal model when a pair's information grows in proportion to its launches
+(Bonferroni's sum is a bound, loose for looks this close, but it holds whatever the
+split of launches between a pair's sides, and this does not).
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))  # its sibling decide_vs_fixed.py
+
+import decide_vs_fixed  # noqa: E402
 
 from bench.analysis import decisions  # noqa: E402
 from bench.analysis.frame import synced_launches  # noqa: E402
@@ -56,10 +61,11 @@ def splits() -> dict[str, list[float]]:
 
 def pocock_level(paths: int = 400_000, looks: tuple[int, ...] = sequential.LOOKS) -> float:
     """Each look's confidence that makes the chance of any look's interval missing
-    exactly ALPHA, not at most, for normal statistics whose information grows with the
-    pair's launches (a Brownian motion seen at LOOKS; Pocock's constant boundary): the
-    looks are correlated, sqrt(L_i / L_j), so Bonferroni's union bound is loose. By
-    simulation, seeded; the normal model, not Student's t at few launches."""
+    exactly ALPHA, not at most, for normal statistics whose information grows in
+    proportion to the pair's launches (a Brownian motion seen at LOOKS; Pocock's
+    constant boundary): the looks are correlated, sqrt(L_i / L_j), so Bonferroni's
+    union bound is loose. By simulation, seeded; the normal model, not Student's t at
+    few launches."""
     at = np.array(looks, dtype=float)
     steps = np.sqrt(np.diff(at, prepend=0.0))
     walk = np.cumsum(np.random.default_rng(0).standard_normal((paths, at.size)) * steps, axis=1)
@@ -92,20 +98,16 @@ def settled(df: pd.DataFrame, shares: list[float]) -> int:
 
 
 def table(pass_dir: Path) -> pd.DataFrame:
-    fixed = synced_launches(pass_dir / "fixed")
     loop = synced_launches(pass_dir / "decide")
-    spent = loop["launch_s"].cumsum() / 60
-    made = int(fixed.groupby(["engine", "model", "workers"]).size().min())
     cuts = [
-        (f"{r} fixed rounds", fixed[fixed["repeat"] < r]["launch_s"].sum() / 60)
-        for r in range(3, made + 1)
+        (f"{r} fixed rounds", minutes) for r, _, minutes in decide_vs_fixed.fixed_rounds(pass_dir)
     ]
-    cuts.append(("the whole run", float(spent.iloc[-1])))
+    cuts.append(("the whole run", float(loop["launch_s"].sum() / 60)))
     rows = []
     for name, minutes in cuts:
         row: dict[str, object] = {"cut": name, "minutes of launches": round(minutes, 1)}
         for split, shares in splits().items():
-            row[split] = settled(loop[spent <= minutes + 1e-9], shares)
+            row[split] = settled(decide_vs_fixed.within(loop, minutes), shares)
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from bench.analysis import decisions
@@ -70,29 +72,51 @@ def _settled_by_welch(scipy_stats: Any, records: list[dict[str, Any]]) -> int:
     return settled
 
 
+def _ok_records(run: str) -> list[dict[str, Any]]:
+    lines = (EXPERIMENT / run / "runs.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["status"] == "ok" and r["spec"]["grad_sync"]]
+
+
+def _launch_seconds(r: dict[str, Any]) -> float:
+    return float(r.get("launch_to_exit_s") or r["launch_to_stop_s"])
+
+
+def _loop_settled(launches: pd.DataFrame) -> int:
+    """Head-to-heads the loop's own rule settles on these launches."""
+    count = 0
+    for _, g in launches.groupby("model"):
+        ok = decisions.usable(g)
+        sides = decisions.Sides(ok)
+        for pair in decisions.pairs(ok):
+            if pair.what == "head to head":
+                count += decisions.decide(ok, pair, 0.05, sides).outcome != "undecided"
+    return count
+
+
 def test_fixed_repeats_meet_the_loop_at_the_same_minutes(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each row's fixed sweep is its first r rounds (it runs round by round), their
-    minutes the launches' own seconds, their count Welch's; the loop's count at a cut
-    can only grow with the minutes, and never passes what its whole run settled."""
+    minutes the launches' own seconds, their count Welch's; the loop's cut is its
+    launches within those minutes, counted from the records, and its count the loop's
+    rule on exactly those."""
     scipy_stats = pytest.importorskip("scipy.stats")
     mod = script("decide_vs_fixed", monkeypatch)
     table = mod.same_minutes(EXPERIMENT / "pass1")
-    lines = (EXPERIMENT / "pass1" / "fixed" / "runs.jsonl").read_text().splitlines()
-    ok = [r for r in map(json.loads, lines) if r["status"] == "ok" and r["spec"]["grad_sync"]]
+    ok = _ok_records("pass1/fixed")
     per_round = len({(r["spec"]["model"], r["engine"], r["world_size"]) for r in ok})
     assert per_round == 12
     assert table["fixed repeats"].tolist() == list(range(3, len(ok) // per_round + 1))
+    loop_ends = list(itertools.accumulate(map(_launch_seconds, _ok_records("pass1/decide"))))
+    loop = synced_launches(EXPERIMENT / "pass1" / "decide")
     for _, row in table.iterrows():
         first = ok[: row["fixed repeats"] * per_round]
-        seconds = sum(r.get("launch_to_exit_s") or r["launch_to_stop_s"] for r in first)
-        assert row["minutes of launches"] == pytest.approx(seconds / 60, abs=0.051)
+        minutes = sum(map(_launch_seconds, first)) / 60
+        assert row["minutes of launches"] == pytest.approx(minutes, abs=0.051)
         want = _settled_by_welch(scipy_stats, first)
         assert row["fixed: settled (fixed-n 95%)"] == f"{want} of 12"
-    loop = [int(c.split(" of ")[0]) for c in table["loop: settled at its looks, same minutes"]]
-    assert loop == sorted(loop) and table["loop launches by then"].is_monotonic_increasing
-    whole = mod.settled(synced_launches(EXPERIMENT / "pass1" / "decide"))
-    heads = whole[whole["what"] == "head to head"]
-    assert loop[-1] <= (heads["at the looks"] != "undecided").sum()
+        made = sum(end / 60 <= minutes for end in loop_ends)
+        assert row["loop launches by then"] == made
+        settled = _loop_settled(loop.iloc[:made])
+        assert row["loop: settled at its looks, same minutes"] == f"{settled} of 12"
 
 
 @pytest.mark.parametrize("run", ["pass1/decide", "pass2/decide"])
@@ -133,3 +157,18 @@ def test_pococks_level_is_the_textbook_constant_for_equal_looks(
     )
     ours = mod.pocock_level(200_000)
     assert 0.95 < ours < 1 - 0.05 / 8
+
+
+def test_a_round_left_short_by_a_failed_launch_ends_the_fixed_rounds(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Rounds past one with a launch missing are no sweep of r repeats: the list stops."""
+    mod = script("decide_vs_fixed", monkeypatch)
+    lines = (EXPERIMENT / "pass1" / "fixed" / "runs.jsonl").read_text().splitlines()
+    whole = [r for r, _, _ in mod.fixed_rounds(EXPERIMENT / "pass1")]
+    assert whole == [3, 4, 5, 6]
+    fourth = [k for k, line in enumerate(lines) if json.loads(line)["labels"]["repeat"] == 3]
+    (tmp_path / "fixed").mkdir()
+    kept = lines[: fourth[5]] + lines[fourth[5] + 1 :]  # one launch of round 4 missing
+    (tmp_path / "fixed" / "runs.jsonl").write_text("\n".join(kept) + "\n")
+    assert [r for r, _, _ in mod.fixed_rounds(tmp_path)] == [3]

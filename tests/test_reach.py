@@ -384,9 +384,9 @@ def test_no_launch_sequence_the_loop_would_decide_costs_less_than_the_bound(
 
 
 def test_the_barrier_steps_on_the_constraints_exact_derivatives() -> None:
-    """Newton's steps need each constraint's gradient and curvature: a wrong curvature
-    still ends at a valid bound, only slowly, so check them against finite differences
-    (a triangle of pairs: every cell in two of them)."""
+    """Newton's steps need each constraint's gradient and curvature, and the barrier's
+    Hessian built from them: a wrong one still ends at a valid bound, only slowly, so
+    check them against finite differences (a triangle of pairs: every cell in two)."""
     problem = reach.Problem(
         c=np.array([5.0, 6.0, 4.0]),
         n=np.array([3.0, 4.0, 3.0]),
@@ -406,3 +406,15 @@ def test_the_barrier_steps_on_the_constraints_exact_derivatives() -> None:
         np.testing.assert_allclose(grads[:, i], (up - down) / (2 * step), rtol=1e-6, atol=1e-12)
         second = (up[:3] - 2 * vals[:3] + down[:3]) / step**2
         np.testing.assert_allclose(curve[:, i], second, rtol=1e-4, atol=1e-12)
+    # and the barrier's gradient and Hessian, as the Newton steps assemble them, at a
+    # strictly feasible point
+    t, x = 50.0, np.array([20.0, 40.0, 10.0])
+    assert np.all(problem._constraints(x)[0] < 0)
+    grad, hess = problem.newton_terms(x, t)
+    for i in range(3):
+        e = np.zeros(3)
+        e[i] = step
+        slope = (problem.barrier(x + e, t) - problem.barrier(x - e, t)) / (2 * step)
+        assert grad[i] == pytest.approx(slope, rel=1e-5)
+        turn = (problem.newton_terms(x + e, t)[0] - problem.newton_terms(x - e, t)[0]) / (2 * step)
+        np.testing.assert_allclose(hess[:, i], turn, rtol=1e-5)

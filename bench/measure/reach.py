@@ -220,26 +220,32 @@ class Problem:
         over = np.max(np.where(self.c > 0, m / self.c, 0.0), initial=0.0)
         return lam, mu / max(1.0, over * (1 + 1e-12))
 
+    def barrier(self, x: np.ndarray, t: float) -> float:
+        """The centring objective t c.x - sum log(-f(x)); inf outside the feasible set."""
+        vals, _, _ = self._constraints(x)
+        return math.inf if np.any(vals >= 0) else float(t * self.c @ x - np.log(-vals).sum())
+
+    def newton_terms(self, x: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarray]:
+        """The barrier's gradient and Hessian at a strictly feasible x: each constraint
+        adds g g' / f^2 and, for the spread constraints, its curvature over -f."""
+        vals, grads, curve = self._constraints(x)
+        grad = t * self.c + (grads / -vals[:, None]).sum(axis=0)
+        spread = vals[: len(self.ends)]
+        hess = grads.T @ (grads / vals[:, None] ** 2) + np.diag(
+            (curve / -spread[:, None]).sum(axis=0)
+        )
+        return grad, hess
+
     def _centre(self, x: np.ndarray, t: float) -> np.ndarray:
-        """Newton's method on t c.x - sum log(-f(x)), from a strictly feasible x."""
-
-        def phi(y: np.ndarray) -> float:
-            vals, _, _ = self._constraints(y)
-            return math.inf if np.any(vals >= 0) else float(t * self.c @ y - np.log(-vals).sum())
-
+        """Newton's method on the barrier, from a strictly feasible x."""
         for _ in range(100):
-            vals, grads, curve = self._constraints(x)
-            grad = t * self.c + (grads / -vals[:, None]).sum(axis=0)
-            spread = vals[: len(self.ends)]
-            hess = grads.T @ (grads / vals[:, None] ** 2) + np.diag(
-                (curve / -spread[:, None]).sum(axis=0)
-            )
+            grad, hess = self.newton_terms(x, t)
             step = -np.linalg.solve(hess, grad)
             decrement = float(-grad @ step)
             if decrement / 2 <= 1e-12:
                 break
-            size, now = 1.0, phi(x)
-            while phi(x + size * step) > now - 0.25 * size * decrement:
+            size, now = 1.0, self.barrier(x, t)
+            while self.barrier(x + size * step, t) > now - 0.25 * size * decrement:
                 size /= 2
                 if size < 1e-12:
                     return x
