@@ -2,6 +2,7 @@
 """Alpha spent unevenly over the looks, tried on the committed loop sweeps.
 
     .venv/bin/python scripts/spending_check.py results/reference/decide-vs-fixed-*/pass*
+    .venv/bin/python scripts/spending_check.py --simulate
 
 At the same minutes, fixed repeats at one fixed-n 95% interval settle more head-to-heads
 early on than the loop at its looks (scripts/decide_vs_fixed.py --same-minutes): each of
@@ -33,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy import stats as scipy_stats  # scikit-learn's dependency: always installed
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -71,6 +73,48 @@ def pocock_level(paths: int = 400_000, looks: tuple[int, ...] = sequential.LOOKS
     walk = np.cumsum(np.random.default_rng(0).standard_normal((paths, at.size)) * steps, axis=1)
     c = float(np.quantile(np.abs(walk / np.sqrt(at)).max(axis=1), 1 - sequential.ALPHA))
     return 1 - math.erfc(c / math.sqrt(2))  # two-sided: 1 - 2 (1 - Phi(c))
+
+
+def aa_false_different(
+    level: float, share_a: float, tails: str = "normal", n: int = 20_000
+) -> float:
+    """Simulated A/A pairs taken to the last look, a pair's launches split share_a to
+    side a at every look (three a side at least), each look's Welch interval at
+    `level`: the share of pairs that any look calls different. `tails`: "normal", or
+    "t3" for Student's t with 3 degrees of freedom (heavy-tailed launches). Seeded."""
+    rng = np.random.default_rng(1)
+    split = [
+        (max(3, round(share_a * n_l)), n_l - max(3, round(share_a * n_l)))
+        for n_l in sequential.LOOKS
+    ]
+    width = (max(a for a, _ in split), max(b for _, b in split))
+    draw = rng.standard_normal if tails == "normal" else lambda size: rng.standard_t(3, size)
+    a, b = draw((n, width[0])), draw((n, width[1]))
+    wrong = np.zeros(n, dtype=bool)
+    for na, nb in split:
+        if nb < sequential.MIN_SIDE:
+            continue
+        va, vb = a[:, :na].var(axis=1, ddof=1) / na, b[:, :nb].var(axis=1, ddof=1) / nb
+        df = (va + vb) ** 2 / (va**2 / (na - 1) + vb**2 / (nb - 1))
+        t = scipy_stats.t.ppf(0.5 + level / 2, df)  # vectorised, for 20,000 pairs a look
+        wrong |= np.abs(a[:, :na].mean(axis=1) - b[:, :nb].mean(axis=1)) > t * np.sqrt(va + vb)
+    return float(wrong.mean())
+
+
+def simulated() -> pd.DataFrame:
+    """False "different" of A/A pairs run to the last look, Bonferroni's level against
+    Pocock's, at the even split of launches and at the uneven ones shared cells give."""
+    levels = {"Bonferroni": sequential.confidence(), "Pocock": pocock_level()}
+    rows = []
+    for tails in ("normal", "t3"):
+        for share in (0.5, 0.3, 0.19):
+            row: dict[str, object] = {"launches": tails, "share of side a": share}
+            for name, level in levels.items():
+                row[f"{name} ({level:.2%} a look)"] = (
+                    f"{aa_false_different(level, share, tails):.1%}"
+                )
+            rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def first_deciding(
@@ -115,9 +159,19 @@ def table(pass_dir: Path) -> pd.DataFrame:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "passes", nargs="+", type=Path, help="pass folders of scripts/decide_vs_fixed.sh"
+        "passes", nargs="*", type=Path, help="pass folders of scripts/decide_vs_fixed.sh"
+    )
+    parser.add_argument(
+        "--simulate",
+        action="store_true",
+        help="instead: simulated A/A false 'different' at Bonferroni's and Pocock's levels",
     )
     args = parser.parse_args()
+    if args.simulate:
+        print(simulated().to_markdown(index=False))
+        return 0
+    if not args.passes:
+        parser.error("name the pass folders to replay (or --simulate)")
     print("head-to-heads of 12 the loop's launches settle, alpha split over the looks as named")
     for pass_dir in args.passes:
         print(f"\n{pass_dir}:\n" + table(pass_dir).to_markdown(index=False))
