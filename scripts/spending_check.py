@@ -79,14 +79,12 @@ def aa_false_different(
     level: float, share_a: float, tails: str = "normal", n: int = 20_000
 ) -> float:
     """Simulated A/A pairs taken to the last look, a pair's launches split share_a to
-    side a at every look (three a side at least), each look's Welch interval at
+    side a at every look (MIN_SIDE a side at least), each look's Welch interval at
     `level`: the share of pairs that any look calls different. `tails`: "normal", or
     "t3" for Student's t with 3 degrees of freedom (heavy-tailed launches). Seeded."""
     rng = np.random.default_rng(1)
-    split = [
-        (max(3, round(share_a * n_l)), n_l - max(3, round(share_a * n_l)))
-        for n_l in sequential.LOOKS
-    ]
+    on_a = [max(sequential.MIN_SIDE, round(share_a * n_l)) for n_l in sequential.LOOKS]
+    split = [(na, n_l - na) for na, n_l in zip(on_a, sequential.LOOKS, strict=True)]
     width = (max(a for a, _ in split), max(b for _, b in split))
     draw = rng.standard_normal if tails == "normal" else lambda size: rng.standard_t(3, size)
     a, b = draw((n, width[0])), draw((n, width[1]))
@@ -147,11 +145,13 @@ def table(pass_dir: Path) -> pd.DataFrame:
         (f"{r} fixed rounds", minutes) for r, _, minutes in decide_vs_fixed.fixed_rounds(pass_dir)
     ]
     cuts.append(("the whole run", float(loop["launch_s"].sum() / 60)))
+    rules = splits()  # once: Pocock's level is a simulation
     rows = []
     for name, minutes in cuts:
         row: dict[str, object] = {"cut": name, "minutes of launches": round(minutes, 1)}
-        for split, shares in splits().items():
-            row[split] = settled(decide_vs_fixed.within(loop, minutes), shares)
+        cut = decide_vs_fixed.within(loop, minutes)
+        for split, shares in rules.items():
+            row[split] = settled(cut, shares)
         rows.append(row)
     return pd.DataFrame(rows)
 

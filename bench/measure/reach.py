@@ -26,8 +26,9 @@ The least seconds that settle a set of pairs are then at least the value of
 
 a convex problem (linear cost and look constraints, convex spread constraints), with
 c_i a cell's seconds a launch. It models the loop as it runs: Welch's interval
-(`sequential.TRIM` 0), `LOOKS` and `ALPHA` as they are. Whole launches, a look only at its exact count, and a t
-wider than ZT at most looks all add to what an allocation really needs: the bound is
+(`sequential.TRIM` 0), `LOOKS` and `ALPHA` as they are. Whole launches, a look only at
+its exact count, and a t wider than ZT at most looks all add to what an allocation
+really needs: the bound is
 never a plan, and it shows a count out of reach (more than a budget had left) only at
 the measured values, which a few launches measure loosely.
 
@@ -174,18 +175,21 @@ class Problem:
 
     def holds_at(self, x: np.ndarray) -> bool:
         """Whether launches x meet every pair's spread and look constraint."""
-        vals, _, _ = self._constraints(x)
-        return bool(np.all(vals[: 2 * len(self.ends)] <= 0))
+        return bool(np.all(self._values(x)[: 2 * len(self.ends)] <= 0))
 
-    def _constraints(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Each constraint's value f (feasible: f < 0) and gradient at x: the pairs'
-        spread constraints, then their look constraints, then the floors. Only the
-        spread constraints curve, and only along their own two cells: the third value
-        is each one's Hessian diagonal, a row per pair."""
+    def _values(self, x: np.ndarray) -> np.ndarray:
+        """Each constraint's value f at x (feasible: f < 0): the pairs' spread
+        constraints, then their look constraints, then the floors."""
         share = self.v / x  # a cell's term v_i / N_i in its pairs' variance
-        vals = np.concatenate(
+        return np.concatenate(
             [self._joins @ share - self.h, self.looks - self._joins @ x, self.floor - x]
         )
+
+    def _constraints(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each constraint's value (`_values`) and gradient at x. Only the spread
+        constraints curve, and only along their own two cells: the third value is each
+        one's Hessian diagonal, a row per pair."""
+        vals, share = self._values(x), self.v / x
         spread = self._joins * (-share / x)
         return vals, np.vstack([spread, self._linear]), self._joins * (2 * share / x**2)
 
@@ -206,7 +210,7 @@ class Problem:
         t = count / max(float(self.c @ x), 1e-9)
         while True:
             x = self._centre(x, t)
-            vals, _, _ = self._constraints(x)
+            vals = self._values(x)
             # the duality gap at a central point is count / t: within GAP of the cost,
             # or a millisecond where the cost is near 0
             if count / t <= max(GAP * float(self.c @ (x - self.n)), 1e-3) or t > 1e15:
@@ -222,7 +226,7 @@ class Problem:
 
     def barrier(self, x: np.ndarray, t: float) -> float:
         """The centring objective t c.x - sum log(-f(x)); inf outside the feasible set."""
-        vals, _, _ = self._constraints(x)
+        vals = self._values(x)  # the line search's hot path: no gradients
         return math.inf if np.any(vals >= 0) else float(t * self.c @ x - np.log(-vals).sum())
 
     def newton_terms(self, x: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarray]:
