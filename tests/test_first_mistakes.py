@@ -119,10 +119,44 @@ def test_every_runner_states_each_default_once() -> None:
 def test_a_missing_folder_is_said_plainly(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli.main(["compare", str(tmp_path / "nowhere")]) == 1
-    err = capsys.readouterr().err
-    assert f"skipped {tmp_path / 'nowhere'}: it does not exist (check the path)" in err
-    assert ":0:" not in err
+    line = _fails(["compare", str(tmp_path / "nowhere")], capsys)
+    assert line == f"error: {tmp_path / 'nowhere'} does not exist (check the path)"
+
+
+# Every way a subcommand is given result paths to read, each with one path missing and
+# each asked to write something (--out, --results, --pytest-benchmark) it must not write.
+MISSING_PATH_CASES = {
+    "compare": ["compare", "{missing}", "--out", "{out}"],
+    "compare-two-paths": ["compare", str(GOLDEN), "{missing}", "--out", "{out}"],
+    "compare-base": ["compare", "--base", "{missing}", "--new", str(GOLDEN),
+                     "--fail", "throughput:5%", "--out", "{out}"],
+    "compare-new": ["compare", "--base", str(GOLDEN), "--new", "{missing}", "--out", "{out}"],
+    "predict": ["predict", "{missing}", "--results", "{out}"],
+    "predict-check": ["predict", "{missing}", "--check", "--fit-link", "500mbit"],
+    "export": ["export", "{missing}", "--pytest-benchmark", "{out}/x.json"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(MISSING_PATH_CASES))
+def test_a_missing_results_path_is_exit_2_in_one_line_and_writes_nothing(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit 1 is `--fail`'s regression; a mistyped path is a usage error (exit 2)."""
+    missing, out = tmp_path / "old", tmp_path / "out"
+    argv = [a.format(missing=missing, out=out) for a in MISSING_PATH_CASES[case]]
+    line = _fails(argv, capsys)
+    assert line == f"error: {missing} does not exist (check the path)"
+    assert not out.exists(), sorted(out.rglob("*"))
+
+
+def test_every_subcommand_that_reads_results_is_covered_above() -> None:
+    """A subcommand that comes to take result paths gets its missing-path case too."""
+    readers = set()
+    for name in cli.COMMANDS:
+        sub = cli._subparser(cli.parser(name), name)
+        if {a.dest for a in sub._actions} & {"paths", "base", "new"}:
+            readers.add(name)
+    assert readers == {argv[0] for argv in MISSING_PATH_CASES.values()}
 
 
 def test_a_file_that_holds_no_records_is_one_line_and_no_cache(

@@ -150,8 +150,8 @@ def _commit_info(env: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def write(recs: Sequence[LoadedRecord], path: str | Path) -> int:
-    data = to_pytest_benchmark(recs)
+def write(data: Mapping[str, Any], path: str | Path) -> int:
+    """Write `data` (`to_pytest_benchmark`'s) to `path`; how many benchmarks it holds."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)  # as `bench compare --out` does
     Path(path).write_text(json.dumps(data, indent=1))
     return len(data["benchmarks"])

@@ -118,12 +118,16 @@ def report_skipped(loaded: Loaded) -> None:
 
 
 def not_records(paths: Sequence[str]) -> str | None:
-    """Why a named file is no results file (records are JSON lines, `*.jsonl`), or None.
+    """Why a named path holds no records to read, or None: it does not exist, or it is a
+    file that is no results file (records are JSON lines, `*.jsonl`).
 
-    Checked before reading, so that `bench compare README.md` says so once and leaves no
-    summary cache beside README.md."""
+    Checked before reading, so that a mistyped path is one line and exit 2 (a usage error,
+    never exit 1, which `--fail` keeps for a regression), and `bench compare README.md`
+    says so once and leaves no summary cache beside README.md."""
     for name in paths:
         path = Path(name)
+        if not path.exists():
+            return f"{name} does not exist (check the path)"
         if path.suffix == ".jsonl" or not path.is_file():
             continue
         try:

@@ -124,6 +124,10 @@ def run(args: argparse.Namespace) -> int:
         option = "--fail" if args.fail else "--min-effect"
         print(f"error: {option} needs --base PATH and --new PATH", file=sys.stderr)
         return EXIT_BAD_INPUT
+    wrong = not_records(args.paths)  # before the note below: a mistyped path is one line
+    if wrong:
+        print(f"error: {wrong}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if len(args.paths) == 2:
         # Regression mode is chosen by its flags, never by how many paths are given;
         # whoever wanted the change between the two is told how to ask for it.
@@ -252,12 +256,14 @@ def _diff(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_BAD_INPUT
+    # both paths checked before either is read: a mistyped NEW is one line, not BASE's
+    # skipped lines and then the error
+    wrong = not_records([args.base, args.new])
+    if wrong:
+        print(f"error: {wrong}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     sets = []
     for path in (args.base, args.new):
-        wrong = not_records([path])
-        if wrong:
-            print(f"error: {wrong}", file=sys.stderr)
-            return EXIT_BAD_INPUT
         loaded = records.load_summaries([path])
         report_skipped(loaded)
         sets.append(loaded.records)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bench import records
 from bench.analysis import predict
-from bench.cli.common import EXIT_BAD_INPUT, positive_ints
+from bench.cli.common import EXIT_BAD_INPUT, not_records, positive_ints
 from bench.core.errors import BenchError, PredictError
 from bench.core.units import format_rate, parse_rate
 
@@ -146,7 +146,7 @@ def _predictions(
     no interval), else fitted to the records under the paths, what was left out said once."""
     if given is not None:
         return [predict.predict(given, target, n) for n in workers]
-    loaded = records.load(args.paths)
+    loaded = _load(args.paths)
     notes: list[str] = []
     fitted = predict.samples(
         loaded.records,
@@ -167,6 +167,15 @@ def _predictions(
     if not preds:
         raise PredictError("no prediction the model can make for these worker counts (see above)")
     return preds
+
+
+def _load(paths: Sequence[str]) -> records.Loaded:
+    """The records under `paths`; a path that does not exist (or holds no records) is
+    refused by name, where the fit would only say it found nothing to fit."""
+    wrong = not_records(paths)
+    if wrong:
+        raise PredictError(wrong)
+    return records.load(paths)
 
 
 def _print_skipped(notes: Sequence[str]) -> None:
@@ -215,7 +224,7 @@ def _check(args: argparse.Namespace) -> int:
             "drop them, or predict without --check"
         )
     fit_link = parse_rate(args.fit_link)
-    loaded = records.load(args.paths)
+    loaded = _load(args.paths)
     df, notes = predict.check(
         loaded.records,
         fit_link,
