@@ -1,6 +1,6 @@
 """`bench compare`'s text fits the terminal: every line at most COLUMNS (100 when no
 terminal) on the committed reference and on records with a step breakdown and a verdict,
-with --price-per-hour; nothing cut, what moved said (issue 36)."""
+with --price-per-hour, and --base/--new's changes; nothing cut, what moved said (issue 36)."""
 
 from __future__ import annotations
 
@@ -60,6 +60,25 @@ def test_every_line_fits_the_terminal(
         assert "parts to fit" in out
     # --wide: one table each, as wide as it needs
     assert max(map(len, _compare(REFERENCE, columns, "--wide", capsys=capsys).splitlines())) > 100
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_the_base_new_changes_fit_the_terminal(
+    columns: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--base/--new (the reference against itself: one machine, so every cell matches)
+    fits as the tables do, every cell's change shown; --wide keeps one table a comparison."""
+    monkeypatch.setenv("COLUMNS", str(columns))
+    argv = ["compare", "--base", str(REFERENCE), "--new", str(REFERENCE)]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    wide = [line for line in out.splitlines() if len(line) > columns]
+    assert not wide, "\n".join(wide)
+    for heading in ("samples/s", "step p50 ms", "peak RSS MB", "* significant"):
+        assert heading in out
+    assert "47,807 -> 47,807 (+0.0%)" in out and "9,784 -> 9,784 (+0.0%)" in out
+    assert cli.main([*argv, "--wide"]) == 0
+    assert max(map(len, capsys.readouterr().out.splitlines())) > 100
 
 
 @pytest.mark.parametrize("columns", [80, 100])

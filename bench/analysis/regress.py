@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from bench.analysis import textfit
 from bench.analysis.frame import frame, synced_ok
 from bench.core.errors import CheckError
 from bench.measure import stats
@@ -178,8 +179,31 @@ def protocols_apart(base: Sequence[LoadedRecord], new: Sequence[LoadedRecord]) -
     )
 
 
-def render(df: pd.DataFrame, markdown: bool = False) -> str:
-    """The diff as a compact table (Markdown for a pull-request comment)."""
+LEGEND = (
+    "* significant: the 95% interval of NEW/BASE (Welch t on logs, >= 3 runs a side)"
+    " excludes 1 and |change| >= minimum effect"
+)
+
+
+def render(df: pd.DataFrame, markdown: bool = False, width: int | None = None) -> str:
+    """The diff as a compact table (Markdown for a pull-request comment). Text fits `width`
+    (None: one line per row) as compare's tables do: one table per comparison under its
+    name, split into parts with engine and workers repeated, values said once when every
+    row shares them."""
+    shown = _shown(df)
+    if markdown:
+        return shown.to_markdown(index=False) + "\n\n" + LEGEND
+    lines: list[str] = []
+    for title, rows in shown.groupby("comparison", sort=False):
+        if lines:
+            lines.append("")
+        lines += textfit.wrap(str(title), width)
+        lines += textfit.table(rows.drop(columns=["comparison"]), width, "  ")
+    return "\n".join([*lines, "", *textfit.wrap(LEGEND, width)])
+
+
+def _shown(df: pd.DataFrame) -> pd.DataFrame:
+    """The diff's rows as display strings: BASE -> NEW (change), * when significant."""
     shown = pd.DataFrame(
         {
             "comparison": df["comparison"],
@@ -207,10 +231,4 @@ def render(df: pd.DataFrame, markdown: bool = False) -> str:
                 strict=True,
             )
         ]
-    legend = (
-        "* significant: the 95% interval of NEW/BASE (Welch t on logs, >= 3 runs a side)"
-        " excludes 1 and |change| >= minimum effect"
-    )
-    if markdown:
-        return shown.to_markdown(index=False) + "\n\n" + legend
-    return shown.to_string(index=False) + "\n" + legend
+    return shown

@@ -281,7 +281,8 @@ def _diff(args: argparse.Namespace) -> int:
     elif args.format == "csv":
         text = df.to_csv(index=False)
     else:
-        text = regress.render(df, markdown=args.format == "markdown") + "\n"
+        markdown = args.format == "markdown"
+        text = regress.render(df, markdown, width=textfit.width(args.wide)) + "\n"
     print(text, end="")
     if args.out:
         status = write_file(Path(args.out) / f"diff.{render.SUFFIX[args.format]}", text)
