@@ -314,6 +314,40 @@ def test_json_and_csv_keep_numbers_as_numbers() -> None:
     assert "[127, 177] n=3" in (render.render(loaded, "text", frame.DEFAULT_TARGET) or "")
 
 
+def _leaves(value: Any) -> list[Any]:
+    """Every scalar in a JSON document."""
+    if isinstance(value, dict):
+        return [leaf for v in value.values() for leaf in _leaves(v)]
+    if isinstance(value, list):
+        return [leaf for v in value for leaf in _leaves(v)]
+    return [value]
+
+
+def test_every_interval_of_the_reference_is_numbers_in_json_and_csv() -> None:
+    """Over every committed reference record: no interval reaches json or csv as its
+    display text ('[2.35, 4.09] n=3'); the start-up total carries value, low, high, n."""
+    import io
+    import re
+
+    loaded = records.load_summaries([REFERENCE.parent])
+    # a cell that is an interval's display text (prose that quotes one, as a verdict's
+    # advice does, is a sentence, not a value)
+    as_text = re.compile(r"^\[.*\] n=\d+$|^too few runs")
+    data = json.loads(render.render(loaded, "json", frame.DEFAULT_TARGET) or "")
+    assert not [v for v in _leaves(data) if isinstance(v, str) and as_text.search(v)]
+    starts = [r for comp in data for r in comp.get("sections", {}).get("start-up", [])]
+    assert len(starts) > 100  # the A/A checks, decide-vs-fixed, levers, tune, predict-check
+    for row in starts:
+        assert "95% CI" not in row and isinstance(row["total s n"], int)
+        if row["total s n"] >= 2:
+            assert row["total s low"] <= row["total s"] <= row["total s high"]
+    csv = render.render(loaded, "csv", frame.DEFAULT_TARGET) or ""
+    table = pd.read_csv(io.StringIO(csv))
+    assert not table["text"].dropna().str.contains(as_text).any()
+    totals = table[(table["section"] == "start-up") & (table["metric"] == "total s")]
+    assert len(totals) == len(starts) and totals[["value", "low", "high", "n"]].notna().all().all()
+
+
 def test_a_phase_no_run_of_a_cell_had_is_a_dash_without_a_warning() -> None:
     """Runs started by hand have no launcher phase; their start-up cell shows '-' for it,
     and formatting the tables warns nothing (pandas deprecates a string into a float)."""

@@ -42,7 +42,7 @@ class Comparison:
     # The numbers behind the tables' intervals, for plots and json/csv: one row per
     # (engine, workers, metric) with value, low, high (None without an interval) and n.
     # Metrics: samples/s, efficiency, twin samples/s (the compute-only twin), comm %
-    # (a share, 0..1), vs fastest.
+    # (a share, 0..1), vs fastest, total s (start-up).
     intervals: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
     # every engine's knobs in full, each distinct set once; the notes hold `knob_table`,
     # the lines of a table of the settings that differ
@@ -475,7 +475,7 @@ def _sections(
     tuned: pd.DataFrame,
 ) -> dict[str, pd.DataFrame]:
     """The tables of one comparison, in the order a reader gets them; the intervals
-    behind the throughput and head-to-head tables' text go into `iv`."""
+    behind the throughput, head-to-head and start-up tables' text go into `iv`."""
     sections = {
         "throughput": _throughput_rows(gdf, twins, iv),
         "per rank": _rank_rows(gdf),
@@ -487,7 +487,7 @@ def _sections(
     }
     if error_rates:
         sections["error rates"] = decisions.error_rows(_ok(gdf), precision)
-    starts = startup.rows(gdf)
+    starts = startup.rows(gdf, iv)
     if not starts.empty:  # records before start-up was recorded have none
         sections["start-up"] = starts
     steps = breakdown.rows(_ok(gdf), _ok(twins))

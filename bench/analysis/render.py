@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bench.analysis import busbw, decisions, html, noise, predict, textfit, tuning
+from bench.analysis import busbw, decisions, html, noise, predict, startup, textfit, tuning
 from bench.analysis import knobs as knob_table
 from bench.analysis.compare import Comparison, compare, displayed
 from bench.records import Loaded
@@ -78,6 +78,7 @@ _INTERVAL_COLUMNS = {
     ("throughput", "95% CI"): "samples/s",
     ("throughput", "eff. 95% CI"): "efficiency",
     ("head to head", "95% CI"): "vs fastest",
+    ("start-up", "95% CI"): startup.METRIC,
 }
 _KEYS = ("engine", "workers")
 

@@ -18,8 +18,14 @@ from bench.records import Status
 PHASES = tuple(phase for phase, _ in startup.PHASES)
 
 
-def rows(gdf: pd.DataFrame) -> pd.DataFrame:
-    """One row per engine and worker count with start-up records; empty without any."""
+# the interval's metric in a comparison's intervals: json and csv give it as numbers
+METRIC = "total s"
+
+
+def rows(gdf: pd.DataFrame, iv: list[dict[str, Any]] | None = None) -> pd.DataFrame:
+    """One row per engine and worker count with start-up records; empty without any.
+    Each total's interval also goes into `iv` (a comparison's intervals), so that json
+    and csv carry it as value, low, high and n, not as its display text."""
     has = gdf["startup"].map(bool)
     if not has.any():  # records from before start-up was recorded
         return pd.DataFrame()
@@ -32,9 +38,14 @@ def rows(gdf: pd.DataFrame) -> pd.DataFrame:
             "engine": engine,
             "workers": int(workers),
             "from": "/".join(sorted({s["from"] for s in cell["startup"]})),
-            "total s": round(est.value, 2),
+            METRIC: round(est.value, 2),
             "95% CI": est.interval(".2f"),
         }
+        if iv is not None:
+            iv.append(
+                {"engine": engine, "workers": int(workers), "metric": METRIC}
+                | {"value": est.value, "low": est.low, "high": est.high, "n": est.n}
+            )
         for phase in PHASES:
             values = [s["phases_s"][phase] for s in cell["startup"] if phase in s["phases_s"]]
             row[phase] = round(float(np.median(values)), 2) if values else np.nan
