@@ -15,7 +15,8 @@ import models
 from bench import cli, records
 from bench.analysis import figures, render
 from bench.measure import peak
-from bench.records.types import LoadedRecord
+from bench.records.types import LoadedRecord, RunRecord
+from runners.protocol import fields
 from tests.shared_sweep import SharedSweep
 
 
@@ -51,11 +52,50 @@ def test_the_peak_is_measured_once_per_machine_and_cached_beside_the_results(
     # another results folder on this machine reuses the measurement; --remeasure does not
     assert cli.main(["peak", "--results", str(tmp_path / "b")]) == 0
     (again,) = json.loads((tmp_path / "b" / peak.FILE).read_text()).values()
-    assert again == entry and len(calls) == 1
+    assert entry["origin"] == "measured" and again["origin"] == "user cache"
+    assert again == {**entry, "origin": "user cache", "copied_from": again["copied_from"]}
+    assert len(calls) == 1 and "reused from the user cache" in capsys.readouterr().out
     assert cli.main(["peak", "--results", str(tmp_path / "b"), "--remeasure"]) == 0
     assert len(calls) == 2 and "GFLOP/s" in capsys.readouterr().out
     assert cli.main(["peak", "--threads", "0"]) == 2
     assert "--threads takes integers" in capsys.readouterr().err
+
+
+def test_a_record_says_where_its_peak_came_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Measured for its results folder, or copied from the per-user cache (which file),
+    and when it was measured: in the record's `peak`, and in what bench peak prints."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    when = "2026-12-01T09:30:00Z"
+
+    def measured(threads: int, precision: str, device: str) -> dict[str, Any]:
+        return {"gflops": 50.0, "n": 256, "threads": threads, "precision": precision,
+                "device": device, "measured": when}  # fmt: skip
+
+    monkeypatch.setattr(peak, "measure_alone", measured)
+    record = cast(RunRecord, {"spec": {"threads": 1, "precision": "fp32", "device": "cpu"}})
+    assert fields.peak_fields(record, str(tmp_path / "a")) == {}  # none cached: no peak
+    assert cli.main(["peak", "--results", str(tmp_path / "a")]) == 0
+    assert f"measured {when}; {tmp_path / 'a' / peak.FILE}" in capsys.readouterr().out
+    here = fields.peak_fields(record, str(tmp_path / "a"))["peak"]
+    assert (here["origin"], here["measured"]) == ("measured", when)
+    assert here["source"] == str(tmp_path / "a" / peak.FILE) and "copied_from" not in here
+    # a second folder on the machine reuses the first measurement, and says from where
+    assert cli.main(["peak", "--results", str(tmp_path / "b")]) == 0
+    shared = cache / "bench" / peak.FILE
+    assert f"measured {when}, reused from the user cache {shared}" in capsys.readouterr().out
+    copied = fields.peak_fields(record, str(tmp_path / "b"))["peak"]
+    assert (copied["origin"], copied["copied_from"]) == ("user cache", str(shared))
+    assert copied["measured"] == when and copied["source"] == str(tmp_path / "b" / peak.FILE)
+
+
+def test_peak_help_names_the_per_user_cache(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["peak", "--help"])
+    out = capsys.readouterr().out
+    assert "~/.cache/bench/peak-flops.json" in out and "$XDG_CACHE_HOME" in out
 
 
 def _record(**over: Any) -> LoadedRecord:

@@ -338,7 +338,11 @@ def _measure_peak(base: RunSpec, results: Path, quiet_machine: bool) -> None:
     if entry is None:
         print(f"bench run: no utilisation: no peak cached and {why}", file=sys.stderr)
         return
-    print(f"bench run: peak {entry['gflops']:,.1f} GFLOP/s ({entry['key']})", file=sys.stderr)
+    print(
+        f"bench run: peak {entry['gflops']:,.1f} GFLOP/s ({entry['key']}; "
+        f"{peak.provenance(entry)})",
+        file=sys.stderr,
+    )
 
 
 def _finish(args: argparse.Namespace, outcomes: list[CellResult], results: Path) -> int:

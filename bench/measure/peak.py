@@ -6,8 +6,12 @@ matrices, sized until one multiply takes at least MIN_MULTIPLY_S, with the run's
 thread count and precision (on a GPU with tensor cores as the precision allows).
 It is measured once per machine, threads, precision and torch version, by `bench
 run` before its cells (or `bench peak`), and cached beside the results in
-FILE (and in the user's cache, so a new results folder on the same machine reuses
-it); each run's record names the entry it was divided by (`peak`).
+FILE, and in the user's cache (`$XDG_CACHE_HOME/bench/FILE`, by default
+`~/.cache/bench/peak-flops.json`), so that a new results folder on the same machine
+reuses it instead of measuring again (`bench peak --remeasure` replaces both). Each
+entry says where it came from (`origin`: measured into that folder, or copied from the
+user's cache, `copied_from`) and when it was measured (`measured`); each run's record
+carries the entry it was divided by (`peak`), with the file it was read from (`source`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ from typing import Any
 from bench.core import machine
 
 FILE = "peak-flops.json"
+# an entry's `origin`: measured for the folder whose cache holds it, or copied there
+# from the user's cache (its path in `copied_from`), measured earlier (`measured`)
+MEASURED, USER_CACHE = "measured", "user cache"
 MIN_MULTIPLY_S = 0.01
 ROUNDS = 5
 MAX_N = 8192
@@ -135,8 +142,26 @@ def lookup(folder: Path, entry_key: str) -> dict[str, Any] | None:
     return {**entry, "key": entry_key, "source": str(folder / FILE)}
 
 
+def _shared(entry_key: str) -> dict[str, Any] | None:
+    """The user cache's entry for `entry_key`, marked as copied from it: a record divided
+    by it then says that its peak was measured earlier, and in which file it was found."""
+    entry = lookup(user_cache(), entry_key)
+    if entry is None:
+        return None
+    return {**entry, "origin": USER_CACHE, "copied_from": entry["source"]}
+
+
 def user_cache() -> Path:
+    """The folder of the per-user peak cache, shared by every results folder."""
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "bench"
+
+
+def provenance(entry: Mapping[str, Any]) -> str:
+    """Where an entry came from and when it was measured, for a person to read."""
+    when = f"measured {entry.get('measured', 'at an unrecorded time')}"
+    if entry.get("origin") == USER_CACHE:
+        return f"{when}, reused from the user cache {entry.get('copied_from')}"
+    return when
 
 
 def _store(folder: Path, entry_key: str, entry: Mapping[str, Any]) -> None:
@@ -169,10 +194,11 @@ def ensure(
     # the name nvidia-smi gives, as runs record it in env.gpus
     gpu = (machine.gpus() or [{}])[0].get("name") if device == "cuda" else None
     entry_key = this_key(threads, precision, device, gpu)
-    found = None if remeasure else lookup(folder, entry_key) or lookup(user_cache(), entry_key)
-    if found is None and not may_measure:
-        return None
-    entry = found if found is not None else measure_alone(threads, precision, device)
+    entry = None if remeasure else lookup(folder, entry_key) or _shared(entry_key)
+    if entry is None:
+        if not may_measure:
+            return None
+        entry = {**measure_alone(threads, precision, device), "origin": MEASURED}
     for where in (folder, user_cache()):
         try:
             if remeasure or lookup(where, entry_key) is None:

@@ -325,9 +325,13 @@ class Peak(TypedDict, total=False):
     device: str
     rounds: Positive
     multiplies_per_round: Positive
-    measured: str
+    measured: str  # when it was measured (UTC)
+    # "measured" (for the results folder the run read it from) or "user cache" (copied
+    # from the per-user cache, its path in copied_from); absent from older caches
+    origin: str
+    copied_from: str
     key: str
-    source: str
+    source: str  # the file the run read it from
 
 
 class Link(TypedDict, total=False):

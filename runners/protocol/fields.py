@@ -192,7 +192,10 @@ def _measurement(run: Run, result: Result) -> Any:
 
 def peak_fields(record: RunRecord, results: str) -> RunFields:
     """The machine's measured peak at this run's threads and precision, when it is cached
-    beside the results (bench run measures it first; bench peak for runners started by hand)."""
+    beside the results (bench run measures it first; bench peak for runners started by hand).
+    The entry says where it came from, so the record does too: the file read (`source`),
+    when it was measured, and whether for this folder or copied from the per-user cache
+    (`origin`, `copied_from`; bench/measure/peak.py)."""
     spec: dict[str, Any] = cast(dict[str, Any], record.get("spec") or {})
     gpu_mb = (record.get("resources") or {}).get("peak_gpu_mb") or []
     device = str(spec.get("device") or "auto")
