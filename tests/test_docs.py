@@ -8,6 +8,7 @@ of the quick start's sweep is, in tests/test_sweep.py.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from pathlib import Path
@@ -79,6 +80,32 @@ def test_every_command_shown_parses(path: Path) -> None:
             assert not isinstance(translated, str), translated
             args = translated
         build_parser(RUNNERS[script]).parse_args(args)
+
+
+# A script named where a command starts, not after its interpreter: `scripts/x.py ARGS`
+# runs the file itself, so it needs its shebang and the executable bit.
+SCRIPT = re.compile(r"(?<![\w./-])scripts/[\w.-]+\.(?:py|sh)\b")
+INTERPRETER = re.compile(r"(?:\bbash|\bsh|\bpython3?|/python3?)\s+$")
+
+
+def _run_directly(path: Path) -> set[str]:
+    """The scripts `path` names other than after bash or python (its prose included:
+    `then scripts/test_durations.py /tmp/run.xml` is a command too)."""
+    named = set()
+    for line in path.read_text().splitlines():
+        for m in SCRIPT.finditer(line):
+            if not INTERPRETER.search(line[: m.start()]):
+                named.add(m.group(0))
+    return named
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_script_the_docs_run_directly_is_executable(path: Path) -> None:
+    for name in sorted(_run_directly(path)):
+        script = ROOT / name
+        assert script.is_file(), f"{path.name} names {name}, which does not exist"
+        assert os.access(script, os.X_OK), f"{name} is run directly but not executable"
+        assert script.read_text().startswith("#!"), f"{name} is run directly but has no shebang"
 
 
 def test_the_readme_shows_every_command_and_the_page_for_newcomers() -> None:
