@@ -13,8 +13,12 @@ file; rank 0's only, unless `--trace-all-ranks`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Mapping, Sequence
+import os
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +104,8 @@ def traced(
     adapter.synchronize()
     files: list[Trace] = []
     try:
-        files = active.stop()
+        with profiler_output(folder if active.tool != Tracer.tool else None):
+            files = active.stop()
     except FAILURES as exc:
         error = f"the trace was not written ({type(exc).__name__}: {exc})"
     n, ranks = len(steps) - 1, list(range(adapter.world_size)) if to.all_ranks else [0]
@@ -135,7 +140,42 @@ def _tracer(adapter: EngineAdapter, folder: Path, keep: bool) -> tuple[Tracer, s
     try:
         tracer = adapter.tracer(folder, keep)
         tool = tracer.tool
-        tracer.start()
+        with profiler_output(folder if keep else None):
+            tracer.start()
     except FAILURES as exc:
         return Tracer(), tool, f"the profiler did not start ({type(exc).__name__}: {exc})"
     return tracer, tool, error
+
+
+@contextlib.contextmanager
+def profiler_output(folder: Path | None) -> Iterator[None]:
+    """What a profiler writes to stderr while it starts or stops goes to the trace's
+    folder (`profiler.log`), not to the user's terminal.
+
+    Kineto (torch.profiler) prints `profiler_start` / `profiler_stop` lines from native
+    code, at file-descriptor level and per rank, whatever Python's logging says; its
+    log level that hides them hides its errors too. So descriptor 2 is pointed at a
+    file for just these calls; an exception still propagates and is recorded.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            text = caught.read()
+            if text and folder is not None:
+                with contextlib.suppress(OSError), (folder / "profiler.log").open("ab") as log:
+                    log.write(text)
+            elif text:  # no folder to keep it in: all but Kineto's chatter goes on
+                kept = [ln for ln in text.splitlines(True) if not ln.startswith(KINETO_CHATTER)]
+                os.write(2, b"".join(kept))
+
+
+# the prefixes of Kineto's progress lines (its levels USDT and STAGE)
+KINETO_CHATTER = (b"USDT:", b"STAGE:")
