@@ -97,8 +97,8 @@ if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
     scripts/horovod_patch.sh "$src"
     export HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 \
         HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_CPU_OPERATIONS=gloo
-    # Tensor operations stay on Gloo either way: MPI adds a controller (and Adasum),
-    # so a Gloo run is the same code path on both builds.
+    # MPI adds a controller (and Adasum); a run under horovodrun --gloo moves its tensors
+    # over Gloo on either build, one under mpirun over MPI (records say which ran).
     if [ "$CONTROLLERS" = gloo-mpi ]; then export HOROVOD_WITH_MPI=1; else export HOROVOD_WITHOUT_MPI=1; fi
     if [ "$GPU" = 1 ]; then
         # As scripts/gpu_bundle.sh (verified build): CUDA_HOME explicitly, since torch's

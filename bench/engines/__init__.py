@@ -6,11 +6,13 @@ and one `register(EngineEntry(...))`, here or in any module imported first.
 
 from bench.engines import ddp, horovod, paddle
 from bench.engines.registry import (
+    Announced,
     Engine,
     EngineEntry,
     LaunchRequest,
     SlurmRequest,
     Where,
+    announced_world,
     build_launch,
     cannot_start,
     check_engine,
@@ -36,11 +38,13 @@ Engine.DDP = register(ddp.ENTRY)
 Engine.PADDLE = register(paddle.ENTRY)
 
 __all__ = [
+    "Announced",
     "Engine",
     "EngineEntry",
     "LaunchRequest",
     "SlurmRequest",
     "Where",
+    "announced_world",
     "build_launch",
     "cannot_start",
     "check_engine",

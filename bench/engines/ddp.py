@@ -37,6 +37,7 @@ ENTRY = EngineEntry(
     launcher="torchrun",
     build=torchrun,
     launched_by=(("TORCHELASTIC_RUN_ID", "torchrun"),),
+    world_from=(("WORLD_SIZE", "RANK"),),
     comm_knobs="a larger --bucket-mb (DDP's bucket_cap_mb) or --grad-compression fp16",
     tune_grid=tuple({"bucket_mb": b} for b in (1.0, 5.0, 25.0, 100.0)),
     colour="#d62728",

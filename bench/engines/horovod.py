@@ -73,6 +73,62 @@ def controller(options: Mapping[str, str]) -> str:
     return chosen
 
 
+# How a worker tells that an MPI launcher started it: horovodrun's MPI mode, plain
+# mpirun and `srun --mpi=pmix` set one of these, and none sets HOROVOD_CONTROLLER (only
+# horovodrun's Gloo mode does), so Horovod must be told to use MPI, or each worker
+# would start a Gloo controller with no rendezvous and train alone.
+MPI_LAUNCHERS = (
+    ("OMPI_COMM_WORLD_SIZE", "mpirun"),
+    ("PMIX_RANK", "srun --mpi=pmix"),
+    ("PMI_SIZE", "an MPI launcher (PMI)"),
+)
+
+
+def resolve_controller(options: Mapping[str, str], env: Mapping[str, str]) -> tuple[str, str]:
+    """The controller a worker starts with and who chose it: the launcher, else an option.
+
+    The launcher decides where it announced one (horovodrun's Gloo mode sets
+    HOROVOD_CONTROLLER; an MPI launcher implies mpi); an option that contradicts it is a
+    SpecError naming both and the launch to use instead. Without a launcher (a worker
+    run by hand) the options decide (`controller`). Returns (controller, chosen by):
+    "launcher:<name>", "environment" (HOROVOD_CONTROLLER set outside a launcher),
+    "option" or "default".
+    """
+    wanted = controller(options)
+    asked = "controller" in options or "adasum" in options
+    said = env.get("HOROVOD_CONTROLLER", "").lower()
+    mpi_by = next((name for var, name in MPI_LAUNCHERS if var in env), None)
+    if said:
+        if said not in ("gloo", "mpi"):
+            raise SpecError(f"HOROVOD_CONTROLLER={said!r}: Horovod's controllers are gloo and mpi")
+        if "HOROVOD_RANK" in env:
+            by = "launcher:horovodrun"
+        elif said == "mpi" and mpi_by:
+            by = f"launcher:{mpi_by}"
+        else:
+            by = "environment"
+        if said == "gloo" and mpi_by and "HOROVOD_GLOO_RENDEZVOUS_ADDR" not in env:
+            raise SpecError(
+                f"HOROVOD_CONTROLLER=gloo in the environment, but {mpi_by} started this worker "
+                "and Gloo has no rendezvous under it: unset HOROVOD_CONTROLLER, or launch with "
+                "horovodrun --gloo"
+            )
+    elif mpi_by:
+        said, by = "mpi", f"launcher:{mpi_by}"
+    else:
+        return wanted, "option" if asked else "default"
+    if asked and wanted != said:
+        why = f"controller={wanted}"
+        if "controller" not in options:
+            why = "adasum=true (which runs over MPI)"
+        started = by.removeprefix("launcher:") if by != "environment" else "HOROVOD_CONTROLLER"
+        raise SpecError(
+            f"engine option {why} contradicts {started}, which started this worker for the "
+            f"{said} controller: launch with horovodrun --{wanted}, or drop the option"
+        )
+    return said, by
+
+
 def horovodrun_path(python: str) -> str:
     """horovodrun beside `python`, else on PATH; LaunchError naming the fix when absent."""
     beside = Path(python).parent / "horovodrun"
@@ -197,8 +253,8 @@ def slurm_recipe(req: SlurmRequest) -> list[NodeLaunch] | None:
         )
     per = req.hosts[0].slots
     argv = [*req.srun(req.hosts, per, req.threads), "--mpi=pmix", "--label"]
-    # The MPI controller and MPI CPU operations are what an MPI build uses under mpirun;
-    # said explicitly, so that a HOROVOD_* variable in the caller's shell (srun exports
+    # The MPI controller and MPI CPU operations are what an MPI build uses under mpirun
+    # (as horovodrun's MPI mode runs them); said explicitly, so that a HOROVOD_* variable in the caller's shell (srun exports
     # it) cannot switch the step to Gloo.
     command = [
         "env",
@@ -242,6 +298,7 @@ ENTRY = EngineEntry(
         ("OMPI_COMM_WORLD_RANK", "mpirun"),
         ("SLURM_STEP_ID", "srun"),  # a task of an srun --mpi=pmix step
     ),
+    world_from=(("HOROVOD_SIZE", "HOROVOD_RANK"),),  # horovodrun's Gloo mode
     options=OPTIONS,
     check_option_set=check_option_set,
     check_launch=check_launch,

@@ -58,6 +58,7 @@ ENTRY = EngineEntry(
     launcher="paddle.distributed.launch",
     build=paddle_launch,
     launched_by=(("PADDLE_TRAINER_ID", "paddle.distributed.launch"),),
+    world_from=(("PADDLE_TRAINERS_NUM", "PADDLE_TRAINER_ID"),),
     check_spec=check_spec,
     # DataParallel's allreduce over Gloo runs synchronously inside backward
     comm_inside_backward=True,

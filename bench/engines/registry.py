@@ -142,6 +142,10 @@ class EngineEntry:
     # Environment variables by which a worker recognises its launcher, with the name
     # the record gives it, checked in order (Horovod's MPI controller: mpirun).
     launched_by: tuple[tuple[str, str], ...]
+    # Environment variables by which its own launchers announce the world a worker
+    # joins, (size, rank), checked in order before the generic ones (GENERIC_WORLDS):
+    # the runner refuses a world of another size.
+    world_from: tuple[tuple[str, str], ...] = ()
     options: engine_options.Declared = dataclasses.field(default_factory=dict)
     # options that conflict with each other, refused with SpecError
     check_option_set: Callable[[Mapping[str, str]], None] | None = None
@@ -285,6 +289,45 @@ def recognise_launcher(engine: Engine, env: Mapping[str, str]) -> str:
         if variable in env:
             return name
     return "none"
+
+
+# Launchers that start every worker themselves, for any engine: a runner they start
+# without its engine's own launcher must not train alone in each process.
+GENERIC_WORLDS = (
+    ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"),  # OpenMPI's mpirun (horovodrun --mpi)
+    ("PMI_SIZE", "PMI_RANK"),  # MPICH's and Intel MPI's launchers
+    ("SLURM_STEP_NUM_TASKS", "SLURM_PROCID"),  # srun (a step of N tasks)
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Announced:
+    """The world a launcher announced to a worker, before the engine starts."""
+
+    size: int
+    rank: int | None  # None where the launcher gave no rank variable
+    variable: str  # where the size came from, for messages (`OMPI_COMM_WORLD_SIZE`)
+
+
+def announced_world(engine: Engine, env: Mapping[str, str]) -> Announced | None:
+    """What the launcher of this worker announced (`EngineEntry.world_from`, then the
+    generic launchers), or None when nothing did (a worker started by hand is a world of
+    one)."""
+    for size_var, rank_var in (*get(engine).world_from, *GENERIC_WORLDS):
+        if size_var not in env:
+            continue
+        try:
+            size = int(env[size_var])
+            rank = int(env[rank_var]) if rank_var in env else None
+        except ValueError:
+            raise InputError(
+                f"{size_var}={env[size_var]!r} / {rank_var}={env.get(rank_var)!r}: the "
+                "launcher's world size and rank must be integers"
+            ) from None
+        if size < 1:
+            raise InputError(f"{size_var}={size}: the launcher announced an empty world")
+        return Announced(size, rank, size_var)
+    return None
 
 
 def frameworks() -> tuple[str, ...]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import itertools
+import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -186,9 +187,11 @@ class EngineAdapter(abc.ABC):
         self.world_size = 1
         self.local_world_size = 1  # workers on this rank's node; world / local = nodes
 
-    @abc.abstractmethod
     def expected_world_size(self) -> int:
-        """World size as the launcher announced it, read before any collective starts."""
+        """World size as the launcher announced it (1 where none did), read before any
+        collective starts; the protocol refuses a started world of another size."""
+        announced = engines.announced_world(self.engine, os.environ)
+        return announced.size if announced else 1
 
     @abc.abstractmethod
     def init(self) -> None:

@@ -104,9 +104,6 @@ class DDPAdapter(TorchAdapter):
     engine = Engine.DDP
     _timed_hook: _TimedHook | None = None
 
-    def expected_world_size(self) -> int:
-        return int(os.environ.get("WORLD_SIZE", "1"))
-
     def init(self) -> None:
         backend = "nccl" if self.spec.device is Device.CUDA else "gloo"
         timeout = datetime.timedelta(seconds=self.timeout_s)
@@ -199,7 +196,8 @@ class DDPAdapter(TorchAdapter):
         run on Gloo's threads), destroy the process group, then collect. With torch 2.13
         Gloo's threads still outlive this once a DDP wrapper was built (see
         tests/probes/gloo_threads.py); a death at exit keeps the run's record."""
-        self.model = self.module
+        if hasattr(self, "module"):  # built (a refused world leaves before building)
+            self.model = self.module
         gc.collect()
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -2,7 +2,7 @@
 
 Its settings reach the worker as HOROVOD_* variables (from the engine options, or
 from horovodrun's own flags, read back and recorded); the controller (Gloo or MPI)
-is the one its registry entry chooses (bench/engines/horovod.py).
+is the launcher's, else the options' (bench/engines/horovod.py, resolve_controller).
 """
 
 from __future__ import annotations
@@ -55,16 +55,10 @@ class HorovodAdapter(TorchAdapter):
         super().__init__(spec, timeout_s, options)
         self.autotune = _flag(self.options, "autotune")
         self.adasum = _flag(self.options, "adasum")
-        self.controller = horovod_entry.controller(self.options)
-
-    def expected_world_size(self) -> int:
-        # horovodrun --gloo sets HOROVOD_SIZE; under --mpi only mpirun's own variables
-        # say it (OpenMPI's, else the PMI ones of MPICH and Slurm); started by
-        # `srun --mpi=pmix`, only Slurm's step size.
-        for var in ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"):
-            if var in os.environ:
-                return int(os.environ[var])
-        return 1
+        # the launcher's controller where it announced one, else the options'
+        self.controller, self.controller_from = horovod_entry.resolve_controller(
+            self.options, os.environ
+        )
 
     def _adopt_launcher_settings(self) -> None:
         """Read back what horovodrun's own flags put in this worker's environment.
@@ -139,20 +133,14 @@ class HorovodAdapter(TorchAdapter):
         self.from_launcher: list[str] = []
         self._adopt_launcher_settings()
         self._set_environment()
-        # An MPI build defaults to the MPI controller when nothing says otherwise (a
-        # worker run without a launcher): the option decides, so both builds run the same.
-        # horovodrun --gloo sets gloo itself; a conflict is a launch that contradicts it.
-        started = os.environ.setdefault("HOROVOD_CONTROLLER", self.controller).lower()
-        if started == "gloo":
-            # An MPI build runs CPU tensor operations over MPI by default, even under the
-            # Gloo controller; without MPI_Init (no mpirun) that aborts the process.
+        # Said explicitly: an MPI build defaults to the MPI controller whatever started
+        # the worker, and under mpirun nothing sets HOROVOD_CONTROLLER (resolve_controller
+        # read the launcher already).
+        os.environ["HOROVOD_CONTROLLER"] = self.controller
+        if self.controller == "gloo":
+            # An MPI build may run CPU tensor operations over MPI by default, even under
+            # the Gloo controller; without MPI_Init (no mpirun) that aborts the process.
             os.environ.setdefault("HOROVOD_CPU_OPERATIONS", "gloo")
-        if started != self.controller:
-            raise SpecError(
-                f"engine option controller={self.controller} but Horovod was started with the "
-                f"{started} controller (HOROVOD_CONTROLLER); launch with horovodrun "
-                f"--{self.controller}, as bench run does"
-            )
         try:
             import horovod.torch as hvd
         except ImportError as exc:  # e.g. Horovod installed without its PyTorch extension
@@ -172,16 +160,24 @@ class HorovodAdapter(TorchAdapter):
             )
         if self.controller == "mpi" and not hvd.mpi_built():
             # Horovod implements Adasum on MPI; a Gloo-only build fails at the first step.
-            why = "adasum=true" if self.adasum else "controller=mpi"
+            why = "engine option " + ("adasum=true" if self.adasum else "controller=mpi")
+            if self.controller_from.startswith("launcher:"):
+                why = f"{self.controller_from.removeprefix('launcher:')} (the MPI controller)"
             raise SpecError(
-                f"engine option {why} needs Horovod built with MPI (HOROVOD_WITH_MPI=1); "
-                "this build has Gloo only: install an MPI (apt-get install libopenmpi-dev "
-                "openmpi-bin) and rerun scripts/setup.sh"
+                f"{why} needs Horovod built with MPI (HOROVOD_WITH_MPI=1); this build has Gloo "
+                "only: launch with horovodrun --gloo, or install an MPI (apt-get install "
+                "libopenmpi-dev openmpi-bin) and rerun scripts/setup.sh"
             )
         hvd.init()
         if self.controller == "mpi" and not hvd.mpi_enabled():
             raise RuntimeError("Horovod was asked for the MPI controller but did not enable MPI")
         self.hvd = hvd
+        # which library moved the tensors: the build's default unless HOROVOD_CPU_OPERATIONS
+        # said otherwise, read back from the contexts Horovod enabled (a second context
+        # beside the controller's is the one the operations use)
+        other = "mpi" if self.controller == "gloo" else "gloo"
+        second = hvd.mpi_enabled() if other == "mpi" else hvd.gloo_enabled()
+        self.cpu_operations = other if second else self.controller
         self.rank, self.world_size, self.local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
         self.local_world_size = hvd.local_size()
         self._setup_device()
@@ -277,9 +273,9 @@ class HorovodAdapter(TorchAdapter):
                 "mpi": bool(hvd.mpi_built()),
                 "nccl": bool(hvd.nccl_built()),
             },
-            # what Horovod's core ran with (gloo_enabled() is true under MPI too: CPU
-            # tensor operations stay on Gloo)
+            # what Horovod's core ran with
             "controller": self.controller,
+            "cpu_operations": self.cpu_operations,
             "cuda": torch.version.cuda,
         }
 
@@ -298,6 +294,9 @@ class HorovodAdapter(TorchAdapter):
             **({} if self.adasum else self.compression_knobs()),
             "op": getattr(self, "_op_name", "adasum" if self.adasum else "average"),
             "controller": self.controller,
+            # "launcher:<name>", "environment", "option" or "default"
+            "controller_from": self.controller_from,
+            "cpu_operations": self.cpu_operations,
             "bn_buffers": self.spec.bn_buffers.value,
             "autotune": self.autotune,
             "timeline": "timeline" in self.options,

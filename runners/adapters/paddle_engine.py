@@ -84,9 +84,6 @@ class PaddleAdapter(EngineAdapter):
     model: Any  # DataParallel wrapper (or the layer itself at world size 1)
     optimizer: Any
 
-    def expected_world_size(self) -> int:
-        return int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))
-
     def init(self) -> None:
         if self.spec.device is Device.CUDA:
             if not paddle.is_compiled_with_cuda():
@@ -107,7 +104,9 @@ class PaddleAdapter(EngineAdapter):
             incr_every_n_steps=LOSS_SCALER["growth_interval"],
             decr_every_n_nan_or_inf=1,  # torch backs off at the first inf step
         )
-        self._parallel = self.expected_world_size() > 1
+        # Paddle's launcher only: under another (mpirun) there is no Paddle group to
+        # join, and the protocol refuses the world of one this starts
+        self._parallel = int(os.environ.get("PADDLE_TRAINERS_NUM", "1")) > 1
         if self._parallel:
             dist.init_parallel_env()
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
@@ -118,7 +117,8 @@ class PaddleAdapter(EngineAdapter):
         """Release the DataParallel wrapper (its reducer holds the Gloo group), then leave
         the group, then collect: Gloo's threads end here, not in interpreter finalisation."""
         if self._parallel:
-            self.model = self.layer
+            if hasattr(self, "layer"):  # built (a refused world leaves before building)
+                self.model = self.layer
             gc.collect()
             if dist.is_initialized():
                 dist.destroy_process_group()

@@ -17,6 +17,7 @@ Order of work, and why:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import traceback
@@ -26,7 +27,7 @@ from bench import engines, records
 from bench.contract.flags import add_spec_flags, spec_from_args
 from bench.contract.prepare import check_device, prepare
 from bench.core import machine
-from bench.core.errors import BenchError, InputError
+from bench.core.errors import BenchError, InputError, SpecError
 from bench.engines import Engine
 from bench.launch import netns
 from bench.measure.window import Measure, add_measure_flags, measure_from_args
@@ -139,13 +140,20 @@ def main(engine: Engine, argv: Sequence[str] | None = None) -> int:
         check_device(given.spec)
         CLOCK.mark("data")
         adapter.init()
+        _check_world(engine, adapter)
         # after the group exists (its threads are moved too), before any timed step
         pinned = None
         if given.measure.pin_cores:
             pinned = affinity.pin(adapter.local_rank, adapter.local_world_size)
         CLOCK.mark("group")
+    except WorldMismatch as exc:
+        return _refuse_world(engine, adapter, given, args, exc, started)
     except BenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        # A spec or option error follows from the command line and the launcher alone,
+        # the same on every worker: said once. Others (a data file, a device) can differ
+        # between hosts: every worker says its own.
+        if not isinstance(exc, SpecError) or _launcher_rank(engine) in (None, 0):
+            print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     record = _new_record(engine, adapter, given)
     if given.measure.pin_cores:  # every rank's cores, or null where there was no share
@@ -178,6 +186,60 @@ def main(engine: Engine, argv: Sequence[str] | None = None) -> int:
     if code in (0, EXIT_DIVERGED):  # every rank stopped at the same step: leave cleanly
         adapter.shutdown()
     return code
+
+
+class WorldMismatch(BenchError):
+    """The engine started a world of another size than its launcher announced."""
+
+    def __init__(self, message: str, announced: engines.Announced) -> None:
+        super().__init__(message)
+        self.announced = announced
+
+
+def _launcher_rank(engine: Engine) -> int | None:
+    """This worker's rank as its launcher announced it (None: no launcher said)."""
+    try:
+        announced = engines.announced_world(engine, os.environ)
+    except BenchError:
+        return None
+    return announced.rank if announced else None
+
+
+def _check_world(engine: Engine, adapter: EngineAdapter) -> None:
+    """Refuse a world the launcher did not ask for (each worker alone, say, when the
+    engine did not join what its launcher started), before any collective runs."""
+    announced = engines.announced_world(engine, os.environ)
+    if announced is None or announced.size == adapter.world_size:
+        return
+    raise WorldMismatch(
+        f"{engine.value} started a world of {adapter.world_size} worker(s), but the launcher "
+        f"announced {announced.size} ({announced.variable}={announced.size}): the workers did "
+        f"not join one another, so nothing was trained; start it with its own launcher "
+        f"({engines.get(engine).launcher}) as docs/usage.md shows",
+        announced,
+    )
+
+
+def _refuse_world(
+    engine: Engine,
+    adapter: EngineAdapter,
+    given: _Inputs,
+    args: argparse.Namespace,
+    exc: WorldMismatch,
+    started: float,
+) -> int:
+    """One failed record and one error line, from the launcher's rank 0: every worker is
+    rank 0 of a world of its own here, so the engine's rank cannot choose the writer."""
+    if exc.announced.rank in (None, 0):
+        print(f"error: {exc}", file=sys.stderr)
+        record = _new_record(engine, adapter, given)
+        record["status"], record["error"] = Status.FAILED, f"WorldMismatch: {exc}"
+        record["world_size"] = exc.announced.size  # the launch it fails, as compare lists it
+        record["run_start"] = records.timestamp(started)
+        record["run_stop"] = records.timestamp(time.time())
+        _write(record, args, engine, EXIT_FAILED)
+    adapter.shutdown()
+    return EXIT_FAILED
 
 
 def _new_record(engine: Engine, adapter: EngineAdapter, given: _Inputs) -> RunRecord:
