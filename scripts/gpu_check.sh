@@ -18,7 +18,10 @@
 #              when it exists): installed into a temporary folder for this check when
 #              Horovod is not already importable, after its manifest's torch and
 #              Python are compared with the interpreter's (a mismatch is refused)
-#   --dry-run  check the interpreter and bundle, print every launch, write nothing
+#   --dry-run  check the interpreter and bundle, print every launch, write nothing; on
+#              an interpreter without the suite's packages (no torch: any laptop) it
+#              still prints the plan, says what the check itself would refuse, and
+#              shows each sweep as its bench run command where bench cannot load
 # Environment:
 #   BENCH_PYTHON   interpreter for --offline (default python3)
 #   BENCH_GPUS     GPUs to plan for in --dry-run (default 1; a real run counts them)
@@ -72,10 +75,22 @@ need = ["numpy", "torch", "yaml", "psutil", "pandas", "tabulate", "matplotlib"]
 print(" ".join(m for m in need if importlib.util.find_spec(m) is None))
 EOF
 ) || refuse "$py does not run"
-[ -z "$missing" ] || refuse "$py lacks these packages the suite needs: $missing (carry their wheels; see docs/gpu.md)"
+lacks="" plannable=1
+if [ -n "$missing" ]; then
+    lacks="$py lacks these packages the suite needs: $missing (carry their wheels; see docs/gpu.md)"
+    # A dry run is for reading the plan anywhere (docs/gpu.md), so it goes on and says
+    # what the check would refuse; the launches need bench, which needs numpy and more.
+    [ "$dry" = 1 ] || refuse "$lacks"
+    "$py" -c 'import bench.cli.run' 2>/dev/null || plannable=0
+fi
 read -r torch_v py_tag has_pytest < <("$py" -c '
-import importlib.util, sys, torch
-print(torch.__version__, f"cp{sys.version_info[0]}{sys.version_info[1]}", int(importlib.util.find_spec("pytest") is not None))')
+import importlib.util, sys
+try:
+    import torch
+    version = torch.__version__
+except Exception:  # only a dry run gets here without torch (refused above otherwise)
+    version = "absent"
+print(version, f"cp{sys.version_info[0]}{sys.version_info[1]}", int(importlib.util.find_spec("pytest") is not None))')
 
 # --- Horovod from the bundle, when it is not installed -----------------------------
 if [ -z "$bundle" ] && [ -f build/gpu-bundle/manifest.json ]; then bundle=build/gpu-bundle; fi
@@ -91,7 +106,8 @@ elif [ -n "$bundle" ]; then
     [ -f "$bundle/manifest.json" ] || refuse "$bundle has no manifest.json; make the bundle with scripts/gpu_bundle.sh"
     read -r b_torch b_py b_wheel < <("$py" -c '
 import json, sys; m = json.load(open(sys.argv[1])); print(m["torch"], m["python"], m["wheel"])' "$bundle/manifest.json")
-    if [ "$b_torch" != "$torch_v" ] || [ "$b_py" != "$py_tag" ]; then
+    # without torch (a dry run's laptop) only the Python can be compared
+    if { [ "$torch_v" != absent ] && [ "$b_torch" != "$torch_v" ]; } || [ "$b_py" != "$py_tag" ]; then
         refuse "the Horovod bundle in $bundle was built for torch $b_torch ($b_py), but $py has torch $torch_v ($py_tag); rebuild it with BENCH_BUNDLE_TORCH=${torch_v%%+*} scripts/gpu_bundle.sh"
     fi
     [ -f "$bundle/$b_wheel" ] || refuse "$bundle/manifest.json names $b_wheel, which is not there"
@@ -131,8 +147,8 @@ lenet=(--models lenet --datasets digits --batch-size 64 --epochs 3 --repeats 1)
 sweeps=("${resnet[*]} --precision fp32" "${resnet[*]} --precision bf16" "${lenet[*]}")
 
 # GPU tests: those that one GPU can run; the others are named, not counted as skips.
-deselect=() not_run=()
-engines_here=$("$py" - "${BENCH_ENGINES:-horovod,ddp,paddle}" <<'EOF'
+deselect=() not_run=() engines_here=""
+[ "$plannable" = 0 ] || engines_here=$("$py" - "${BENCH_ENGINES:-horovod,ddp,paddle}" <<'EOF'
 import sys
 from bench.engines import Engine
 from bench.sweep import engine_unavailable
@@ -145,6 +161,7 @@ for name in names:
 EOF
 ) || exit 2
 while read -r engine state; do
+    [ -n "$engine" ] || continue  # none read: bench did not load (a dry run says so)
     if [ "$state" != ok ]; then
         deselect+=("not $engine")
         not_run+=("GPU tests of $engine: $engine is not installed for $py (its sweep cells are recorded as unavailable)")
@@ -161,9 +178,19 @@ tests=("$py" -m pytest -m gpu tests/test_gpu.py -q -p no:cacheprovider -rs ${kex
 if [ "$dry" = 1 ]; then
     echo "# gpu_check plan for $gpus GPU(s), workers $workers, $py (torch $torch_v, $py_tag)"
     echo "# $bundle_note; records in $raw, packed into $out"
+    if [ -n "$lacks" ]; then
+        echo "# $lacks: the check itself refuses until they are there"
+    fi
+    if [ "$plannable" = 0 ]; then
+        echo "# bench does not load with $py, so each sweep is its bench run command (with the packages, --dry-run prints every launch) and installed engines are not checked"
+    fi
     for s in "${sweeps[@]}"; do
-        # shellcheck disable=SC2086  # each sweep's flags are words by design
-        "${bench[@]}" run "${common[@]}" $s --dry-run
+        if [ "$plannable" = 1 ]; then
+            # shellcheck disable=SC2086  # each sweep's flags are words by design
+            "${bench[@]}" run "${common[@]}" $s --dry-run
+        else
+            echo "${bench[*]} run ${common[*]} $s"
+        fi
     done
     echo "BENCH_EXPECT_GPU=1 ${tests[*]}"
     for n in "${not_run[@]}"; do echo "# not run: $n"; done

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,56 @@ def test_gpu_check_dry_run_prints_the_plan(tmp_path: Path) -> None:
     assert any("--nproc_per_node 4" in ln for ln in launches)
     assert "BENCH_EXPECT_GPU=1" in proc.stdout and "tests/test_gpu.py" in proc.stdout
     assert "# not run:" not in proc.stdout  # 4 GPUs: every GPU test can run
+    assert not (tmp_path / "out").exists()  # a dry run writes nothing
+
+
+def _python_without(tmp_path: Path, kept: str) -> Path:
+    """An interpreter lacking torch: stdlib only (`kept` "none"), or every package of this
+    environment but torch ("all but torch": its site-packages linked entry by entry)."""
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    if kept == "all but torch":
+        purelib = Path(sysconfig.get_paths()["purelib"])
+        for entry in purelib.iterdir():
+            if entry.name.split("-")[0] not in ("torch", "torchgen", "functorch"):
+                (site / entry.name).symlink_to(entry)
+    wrapper = tmp_path / "python3"
+    # -S: no site module, so none of this environment's packages but those linked above
+    wrapper.write_text(
+        f'#!/bin/sh\nPYTHONPATH="{site}${{PYTHONPATH:+:$PYTHONPATH}}" '
+        f'exec {sys.executable} -S "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+@pytest.mark.parametrize("kept", ["none", "all but torch", "system python3"])
+def test_a_dry_run_prints_the_plan_where_python_has_no_torch(kept: str, tmp_path: Path) -> None:
+    """docs/gpu.md: a dry run prints the plan on any machine, a laptop without torch
+    included; it says what the check itself would refuse, and writes nothing."""
+    env = {"PATH": "/usr/bin:/bin"}  # as `env -i PATH=/usr/bin:/bin bash scripts/...`
+    if kept == "system python3":
+        found = subprocess.run(
+            ["/usr/bin/python3", "-c", "import importlib.util as u; print(u.find_spec('torch'))"],
+            capture_output=True, text=True, env=env, timeout=60,
+        ).stdout.strip() if Path("/usr/bin/python3").exists() else "no /usr/bin/python3"  # fmt: skip
+        if found != "None":
+            pytest.skip(f"the system python3 is no interpreter without torch here ({found})")
+    else:
+        env["BENCH_PYTHON"] = str(_python_without(tmp_path, kept))
+    proc = _check("--offline", "--dry-run", str(tmp_path / "out"), env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert out.startswith("# gpu_check plan for 1 GPU(s), workers 1, ")
+    assert "(torch absent, cp" in out and "the check itself refuses until" in out
+    lacks = next(line for line in out.splitlines() if "lacks these packages" in line)
+    assert "torch" in lacks.split("needs: ")[1].split(" (")[0].split()
+    if kept == "all but torch":  # bench loads: every cell planned, torch's engines absent
+        assert "# unavailable, recorded without launching: ddp np=1 resnet50" in out
+        assert "# not run: GPU tests of ddp" in out
+    else:  # bench does not load: each sweep as its command
+        assert sum(" -m bench run --workers 1 --device cuda" in ln for ln in out.splitlines()) == 3
+    assert "BENCH_EXPECT_GPU=1 " in out and "-m bench compare " in out
     assert not (tmp_path / "out").exists()  # a dry run writes nothing
 
 
