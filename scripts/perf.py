@@ -11,7 +11,7 @@
 A/B: REV is checked out in a temporary git worktree sharing this .venv; the two
 sides are launched in pairs, alternately (A B, B A, ...), each side running its own
 tests/benchmarks, and every benchmark both ran is decided by
-bench/analysis/perfgate.py at the looks (4, 6, 8, 11, 16 pairs): pairs are added
+scripts/perfgate.py at the looks (4, 6, 8, 11, 16 pairs): pairs are added
 until a benchmark regressed, every one is decided, or the next look would overrun
 --budget. Exit status 1 only when a benchmark's whole interval lies above
 +threshold. BENCH_PERF_SLOWDOWN=0.15 (new side only; BENCH_PERF_SLOWDOWN_ENGINE=ddp
@@ -32,8 +32,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))  # perfgate.py, beside this script
 
-from bench.analysis import perfgate  # noqa: E402
+import perfgate  # noqa: E402
+
 from bench.cli.common import parse_budget  # noqa: E402
 from bench.core.errors import InputError  # noqa: E402
 from bench.measure import stats  # noqa: E402

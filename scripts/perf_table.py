@@ -9,7 +9,7 @@ with the JSON report of every launch (base-K.json, new-K.json: pair K), and a lo
 A launch's value per benchmark is its fastest round, as the gate takes it; the CSV
 keeps those (a few KB where the reports are megabytes), and `--from-csv FILE` makes
 the tables from it again, each gate run's decisions replayed by
-bench/analysis/perfgate.py exactly as the gate took them.
+scripts/perfgate.py exactly as the gate took them.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))  # perfgate.py, beside this script
 
-from bench.analysis import perfgate  # noqa: E402
+import perfgate  # noqa: E402
 
 Row = tuple[str, int, str, int, str, float]  # kind, run, side, pair, benchmark, seconds
 

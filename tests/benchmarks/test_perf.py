@@ -2,7 +2,7 @@
 
 In the normal test run these execute once each (--benchmark-disable) as smoke
 tests; `scripts/perf.sh` times them for real, alternating a base revision and the
-working tree (bench/analysis/perfgate.py decides). Every benchmark stores engine,
+working tree (scripts/perfgate.py decides). Every benchmark stores engine,
 model and versions in extra_info, and measures one thing: its set-up (files,
 caches, models) happens outside the timed rounds, and one warm-up round is run
 and discarded, so first-round effects (imports, cold caches, lazily built

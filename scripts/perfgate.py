@@ -14,14 +14,18 @@ mean log ratio of each pair's two launches, which ran one after the other, so th
 machine's slow phases (train-step minima 2-4.5 ms for 40 minutes, where they are
 1.5 ms otherwise) fall on both of a pair and cancel. Launches are added a pair at a
 time and each benchmark is looked at when the pairs reach `LOOKS`, each look at
-confidence 1 - alpha / len(LOOKS) (alpha spent over the looks, as
-bench/measure/sequential.py spends it), so the intervals hold whatever the stopping:
+confidence 1 - alpha / len(LOOKS) (alpha spent over the looks, as `bench run
+--decide-at` spends it), so the intervals hold whatever the stopping:
 - "regressed": the whole interval lies above 1 + threshold;
 - "ok": the whole interval lies below 1 + threshold (not slower by that much);
 - "undecided": neither yet; at the cap the gate passes and says so.
 The gate stops at the first look where a benchmark regressed or every one is decided.
 
 The calibration benchmark says whether the machine changed; it never regresses.
+
+The gate is the project's own CI tool, not part of the `bench` package: scripts/perf.py
+and scripts/perf_table.py import it from beside them. It needs only bench's interval
+statistics (bench.measure.stats).
 """
 
 from __future__ import annotations
@@ -36,11 +40,11 @@ from typing import Any
 
 import numpy as np
 
-from bench.measure import sequential, stats
+from bench.measure import stats
 
 CALIBRATION = "test_calibration"
 DEFAULT_THRESHOLD = 0.10  # a change is a regression when the whole interval is above +10%
-ALPHA = sequential.ALPHA
+ALPHA = 0.05  # spent over the looks, as bench run --decide-at spends its own
 # Launch pairs at which the gate looks; a look needs 4 pairs: at 3 (2 degrees of freedom)
 # the interval at 99% is too wide to decide anything measured here.
 LOOKS = (4, 6, 8, 11, 16)
@@ -96,7 +100,7 @@ class Change:
 def confidence(alpha: float = ALPHA, looks: Sequence[int] = LOOKS) -> float:
     """Each look's confidence: alpha spent evenly over the gate's looks (Bonferroni, as
     for bench run --decide-at)."""
-    return sequential.confidence(alpha, looks)
+    return 1 - alpha / len(looks)
 
 
 def outcome_of(ratio: stats.Estimate, threshold: float) -> str:
