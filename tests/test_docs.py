@@ -108,6 +108,20 @@ def test_every_script_the_docs_run_directly_is_executable(path: Path) -> None:
         assert script.read_text().startswith("#!"), f"{name} is run directly but has no shebang"
 
 
+def test_the_compare_scale_size_quoted_is_what_its_script_writes(tmp_path: Path) -> None:
+    """The one figure of reading-compare's 10,000-record measurement that needs no clock:
+    the size of what tests/benchmarks/compare_scale.py writes (it grows with the records)."""
+    from tests.benchmarks import compare_scale
+
+    path = tmp_path / "runs.jsonl"
+    compare_scale.write_records(path, 500, 700)  # its defaults, at a twentieth
+    mb = path.stat().st_size / 1e6 * 10_000 / 500
+    text = " ".join((ROOT / "docs" / "reading-compare.md").read_text().split())
+    quoted = re.search(r"on 10,000 records of today's size \((\d+) MB of JSON Lines", text)
+    assert quoted, "reading-compare.md no longer quotes the size compare_scale.py writes"
+    assert abs(int(quoted[1]) - mb) < 0.05 * mb, f"it writes {mb:.0f} MB, the doc says {quoted[1]}"
+
+
 def test_the_readme_shows_every_command_and_the_page_for_newcomers() -> None:
     """Every subcommand is in the README's commands, and the mapping page is linked."""
     text = (ROOT / "README.md").read_text()
