@@ -63,8 +63,24 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return min(MAX_TEST_PROCESSES, usable_cpus())
 
 
+# pytest-benchmark's flags that mean "time them": given one, `pytest tests/benchmarks`
+# times as a pytest-benchmark user expects, where pyproject's addopts carry
+# --benchmark-disable so that the test run executes each benchmark once, untimed.
+TIMING_FLAGS = {
+    "benchmark_autosave": "--benchmark-autosave",
+    "benchmark_save": "--benchmark-save",
+    "benchmark_json": "--benchmark-json",
+    "benchmark_compare": "--benchmark-compare",
+    "benchmark_compare_fail": "--benchmark-compare-fail",
+    "benchmark_histogram": "--benchmark-histogram",
+    "benchmark_only": "--benchmark-only",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-benchmark's, which reads the options once
 def pytest_configure(config: pytest.Config) -> None:
-    """Ctrl-C reaches what the tests start, however the suite itself was started.
+    """Ctrl-C reaches what the tests start, however the suite itself was started; and a
+    pytest-benchmark flag times the benchmarks (TIMING_FLAGS).
 
     A script that runs a command in the background (`cmd &`) or under nohup starts it
     with SIGINT ignored, and every process below inherits that: the tests that press
@@ -74,6 +90,18 @@ def pytest_configure(config: pytest.Config) -> None:
     """
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    _time_benchmarks_when_asked(config)
+
+
+def _time_benchmarks_when_asked(config: pytest.Config) -> None:
+    """Without this, `--benchmark-autosave` and the rest passed every benchmark untimed
+    and saved nothing, silently. --benchmark-disable typed on the command line (not
+    the addopts') still wins."""
+    if not config.pluginmanager.hasplugin("benchmark"):
+        return
+    asked = [flag for dest, flag in TIMING_FLAGS.items() if config.getoption(dest, None)]
+    if asked and "--benchmark-disable" not in config.invocation_params.args:
+        config.option.benchmark_enable = True
 
 
 def _measure_args(args: list[str]) -> list[str]:
