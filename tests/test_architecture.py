@@ -330,7 +330,7 @@ def test_every_module_states_its_purpose(package: str) -> None:
 def test_the_harness_collectives_under_horovod_carry_fixed_names() -> None:
     """Unnamed, Horovod names each call anew and keeps every name in its response cache:
     at 2 workers the runner's steps slowed epoch after epoch, to 0.88 of Horovod's own
-    recipe over 75 epochs (docs/methodology.md). Every collective call the runners make
+    recipe over 75 epochs (docs/findings.md). Every collective call the runners make
     through `hvd` names itself (the recipe's broadcasts at build time excepted, once)."""
     once = {"broadcast_parameters", "broadcast_optimizer_state"}
     unnamed = []

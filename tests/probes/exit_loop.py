@@ -9,7 +9,7 @@ prints every Python thread's stack, and with core dumps allowed (into --out), so
 C++ threads can be read with `gdb -batch -ex "thread apply all bt" PYTHON CORE`.
 Prints one line per failed run and a count at the end; exit status 1 when any run
 died. This is how the abort at exit was hunted; it did not fire in 250 runs here
-(docs/methodology.md, "Ending a run cleanly").
+(docs/findings.md, "The abort at exit").
 """
 
 from __future__ import annotations

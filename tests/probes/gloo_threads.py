@@ -8,7 +8,7 @@ made, optionally wrapped by DDP (fp16 compression hook, one backward) and releas
 in the runners' order, then destroyed. Prints whether the group object survived
 and which Gloo threads (pt_gloo_runloop, gloo_tcp_loop) are still running. With
 torch 2.13 the group and its threads outlive `destroy_process_group()` once any DDP
-wrapper was built, whatever the order of release (docs/methodology.md).
+wrapper was built, whatever the order of release (docs/findings.md, "The abort at exit").
 """
 
 from __future__ import annotations
