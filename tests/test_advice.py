@@ -14,7 +14,7 @@ import re
 import pytest
 
 from bench import engines
-from bench.analysis import advice, figures
+from bench.tables import advice, derived
 
 
 @pytest.mark.parametrize("engine", [e.value for e in engines.Engine])
@@ -22,7 +22,7 @@ def test_no_advice_oversubscribes_any_layout(engine: str) -> None:
     checked = 0
     grid = itertools.product(range(1, 9), range(1, 5), range(2, 17), advice.RULES)
     for workers, threads, cpus, cause in grid:
-        layout = figures.Layout(workers, cpus, threads, figures.comm_threads(engine, workers))
+        layout = derived.Layout(workers, cpus, threads, derived.comm_threads(engine, workers))
         for a in advice.advise(cause, layout, engine, tuned="bucket_mb=5"):
             after = layout.changed(a.workers, a.threads)
             where = f"{cause} on {layout.text()}: {a.text()}"
@@ -43,12 +43,12 @@ def test_no_advice_oversubscribes_any_layout(engine: str) -> None:
 
 
 def test_a_full_machine_gets_fewer_workers_and_a_spare_one_more_threads() -> None:
-    full = figures.Layout(2, 2, 1, figures.comm_threads("ddp", 2))  # 2 x (1 + 1) on 2 CPUs
+    full = derived.Layout(2, 2, 1, derived.comm_threads("ddp", 2))  # 2 x (1 + 1) on 2 CPUs
     assert not full.fits()
     tips = advice.advise("compute-bound", full, "ddp")
     assert all(a.threads <= 0 and a.workers <= 0 for a in tips)
     assert advice.advise("comm-CPU-bound", full, "ddp")[0].workers == -1
-    spare = figures.Layout(1, 8, 1, figures.comm_threads("ddp", 1))
+    spare = derived.Layout(1, 8, 1, derived.comm_threads("ddp", 1))
     assert advice.advise("compute-bound", spare, "ddp")[0].what == "--threads 2"
     # an engine's own knobs only where communication is the cause, with tune's result
     comm = advice.advise("communication-bound", full, "horovod", tuned="bucket_mb=100 at 1.10")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench import records
-from bench.analysis.frame import frame
+from bench.tables.frame import frame
 from runners.protocol.affinity import share
 from tests.conftest import run_bench
 

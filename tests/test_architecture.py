@@ -39,7 +39,7 @@ NOT_ENGINE_BRANCHES = {
 NOT_ENGINE_OPTIONS = {
     ("bench/records/types.py", "cycle_time_ms"): "the knob's stored type, declared with the record",
     ("bench/records/migrations.py", "cycle_time_ms"): "older records' knob, brought forward",
-    ("bench/analysis/html_figures.py", "timeline"): "the record's timeline summary, drawn for "
+    ("bench/render/plots.py", "timeline"): "the record's timeline summary, drawn for "
     "any engine that writes one",
 }
 LONGEST_FUNCTION = 60
@@ -350,3 +350,67 @@ def test_the_harness_collectives_under_horovod_carry_fixed_names() -> None:
             ):
                 unnamed.append(f"{rel}:{node.lineno} hvd.{node.func.attr}")
     assert unnamed == []
+
+
+def _entry_modules() -> set[str]:
+    """Where the library is entered: `bench` and each subcommand's module (loaded by
+    name), the runners' entry scripts, and the adapters the registry names."""
+    from bench import cli
+
+    entries = {"bench.__main__", "bench.cli", *(module for module, _ in cli.COMMANDS.values())}
+    entries |= {f"runners.{p.stem}" for p in (ROOT / "runners").glob("*.py") if p.stem[0] != "_"}
+    entries |= {engines.get(e).adapter.partition(":")[0] for e in engines.Engine}
+    return entries
+
+
+def test_every_library_module_is_reached_from_an_entry_point() -> None:
+    """Nothing under bench/ exists only for tests or experiments: every module is imported,
+    directly or not, by the `bench` command, a runner or an adapter (import graph by
+    grimp, import-linter's own)."""
+    import grimp
+
+    graph = grimp.build_graph("bench", "runners", "models")
+    reached = set(_entry_modules())
+    for entry in list(reached):
+        reached |= graph.find_upstream_modules(entry)
+    packages = {
+        ".".join(p.relative_to(ROOT).parent.parts) for p in (ROOT / "bench").rglob("__init__.py")
+    }
+    orphans = sorted(
+        m for m in graph.modules if m.startswith("bench") and m not in reached | packages
+    )
+    assert orphans == [], f"modules no entry point imports: {orphans}"
+
+
+def test_every_public_function_and_class_is_used_by_the_library() -> None:
+    """A public function or class of bench/, runners/ or models/ that no library code
+    names (only tests or an experiment, say) is dead weight in the product."""
+    used: set[str] = set()
+    defined: list[tuple[str, str]] = []
+    for path, tree in _modules():
+        defined += [
+            (path, node.name)
+            for node in tree.body
+            if isinstance(node, ast.FunctionDef | ast.ClassDef) and not node.name.startswith("_")
+        ]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name):
+                used.add(node.id)
+            elif isinstance(node, ast.Attribute):
+                used.add(node.attr)
+            elif isinstance(node, ast.alias):
+                used.add(node.name.rpartition(".")[2])
+    used |= {engines.get(e).adapter.partition(":")[2] for e in engines.Engine}  # by name
+    assert [d for d in defined if d[1] not in used] == []
+
+
+def test_no_package_folder_outgrows_a_room() -> None:
+    """A package folder (its subfolders counted) over 3,500 lines holds several concerns:
+    split it into rooms that each say what they hold."""
+    for package in LIBRARY:
+        for folder in [ROOT / package, *(p for p in (ROOT / package).rglob("*") if p.is_dir())]:
+            if folder.name == "__pycache__" or not (folder / "__init__.py").exists():
+                continue
+            lines = sum(len(p.read_text().splitlines()) for p in folder.rglob("*.py"))
+            if folder != ROOT / package:
+                assert lines <= 3500, f"{folder.relative_to(ROOT)}: {lines} lines"

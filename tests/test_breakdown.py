@@ -17,13 +17,14 @@ import pandas as pd
 import pytest
 
 from bench import records
-from bench.analysis import breakdown, compare, figures, render
-from bench.analysis.frame import frame
 from bench.engines import Engine
 from bench.launch import netns
 from bench.measure import timeline
 from bench.measure.contention import OTHER_CORES_LIMIT
 from bench.records.types import LoadedRecord
+from bench.render import formats
+from bench.tables import breakdown, compare, derived
+from bench.tables.frame import frame
 from runners.adapters.base import union_seconds
 from tests import shared_sweep as shared
 from tests.conftest import ok_record, run_bench, run_engine
@@ -81,9 +82,9 @@ def _row(
         "global_batch": row["global_batch"],
         "throughput": row["throughput"],
     }
-    row["cpu"] = figures.rank_cpu(rec)
-    row["layout"] = figures.layouts(rec)[0]
-    row["step_s"] = figures.step_s(rec)
+    row["cpu"] = derived.rank_cpu(rec)
+    row["layout"] = derived.layouts(rec)[0]
+    row["step_s"] = derived.step_s(rec)
     return row
 
 
@@ -165,7 +166,7 @@ def test_each_verdict_fires_on_its_own_evidence_and_only_there() -> None:
     peer = [{"other_cpu_cores": 1.0, "own_cpu_cores": 1.0, "cpu_count": 2}] * 2
     emu: dict[str, Any] = {"loads": peer, "nodes": 2, "emulated": True}
     assert _verdict(_cell(_row(**emu)), TWIN).name == "communication-bound"
-    assert figures.cell_cpu(_cell(_row(**emu))).own == pytest.approx(2.0)
+    assert derived.cell_cpu(_cell(_row(**emu))).own == pytest.approx(2.0)
     v = _verdict(_cell(_row(loads=peer)), TWIN)  # one machine per host: that was someone else
     assert v.name == "CPU-contended" and "other processes used 1.00 cores" in v.evidence
     # launched by bench run, each rank counted the whole run on the machine (its label):
@@ -336,7 +337,7 @@ def test_a_rank_slowed_on_purpose_is_the_straggler(
     monkeypatch.setenv("BENCH_TEST_FAULT", "delay:rank=1,ms=20")
     _sweep(tmp_path, "--engines", "ddp", "--workers", "2", "--models", "mlp", "--max-steps", "30")
     assert _verdicts(tmp_path) == {("ddp", 2): "straggler"}
-    text = render.render(records.load([tmp_path]), "text", 0.95) or ""
+    text = formats.render(records.load([tmp_path]), "text", 0.95) or ""
     assert "rank 1's own work" in text and "where the step goes (ms):" in text
 
 

@@ -10,8 +10,8 @@ from typing import cast
 import pytest
 
 from bench import records
-from bench.analysis import busbw
 from bench.records.types import LoadedRecord
+from bench.tables import busbw
 from runners.protocol.allreduce import bus_factor
 from tests.conftest import ROOT
 

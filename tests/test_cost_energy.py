@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from bench import cli, records
-from bench.analysis import cost
-from bench.analysis.frame import frame
 from bench.cli.common import EXIT_BAD_INPUT
 from bench.measure import energy
+from bench.tables import cost
+from bench.tables.frame import frame
 
 GOLDEN = Path(__file__).parent / "data" / "golden.jsonl"
 

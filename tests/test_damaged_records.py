@@ -16,9 +16,10 @@ from typing import Any, cast
 import pytest
 
 from bench import cli, records
-from bench.analysis import compare, export, frame, html, render
 from bench.records import schema
 from bench.records.types import Status
+from bench.render import export, formats, html
+from bench.tables import compare, frame
 
 DATA = Path(__file__).parent / "data"
 DAMAGED = DATA / "damaged.jsonl"
@@ -132,10 +133,10 @@ def test_no_wrong_type_of_any_field_crashes_a_report(tmp_path: Path) -> None:
     comps = compare.compare(loaded.records)
     assert comps
     for comp in comps:
-        render.render_text(comp)
+        formats.render_text(comp)
     export.to_pytest_benchmark(loaded.records)
     for fmt in ("markdown", "csv", "json"):
-        assert render.render(loaded, fmt, frame.DEFAULT_TARGET)
+        assert formats.render(loaded, fmt, frame.DEFAULT_TARGET)
     # The HTML report draws 4 figures per comparison (0.2 s each). What an accepted
     # spec, version or thread value changes is the group, not what is drawn: those
     # mutants make some 40 more comparisons of valid records, so they are left out here.

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from bench import engines, records
-from bench.analysis import compare, frame
 from bench.engines import Engine
 from bench.records.types import LoadedRecord
+from bench.tables import compare, frame
 from tests import shared_sweep as shared
 from tests.conftest import ROOT, RUN_TIMEOUT_S, ok_record, run_direct, run_engine
 from tests.shared_sweep import SharedSweep

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from bench import cli, engines, records
-from bench.analysis import frame
 from bench.engines import Engine
 from bench.launch import cluster as launch
+from bench.tables import frame
 from tests import engine_double
 from tests.conftest import NO_EXTRA_WINDOWS
 

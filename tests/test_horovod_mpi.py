@@ -181,7 +181,7 @@ def test_gloo_only_build_refuses_mpi_before_launch(tmp_path: Path) -> None:
 
 
 def test_variant_names_the_controller_that_ran() -> None:
-    from bench.analysis.frame import variant as _variant
+    from bench.tables.frame import variant as _variant
 
     rec: dict[str, Any] = {"engine": "horovod", "engine_options": {"controller": "mpi"}}
     assert _variant(cast(RunRecord, {**rec, "knobs": {"controller": "mpi"}})) == "horovod[mpi]"
@@ -223,7 +223,7 @@ def mpi_results(tmp_path_factory: pytest.TempPathFactory, shared_sweep: SharedSw
 
 
 def _by_variant(results: Path) -> dict[tuple[str, int], dict[str, Any]]:
-    from bench.analysis.frame import variant as _variant
+    from bench.tables.frame import variant as _variant
 
     recs = records.load([results]).records
     assert all(r["status"] == "ok" for r in recs), [r.get("error") for r in recs]
@@ -287,7 +287,7 @@ def test_adasum_trains_over_mpi_next_to_averaging(mpi_results: Path) -> None:
 
 
 def test_compare_reports_the_loss_trajectory() -> None:
-    from bench.analysis.compare import _loss_trajectory
+    from bench.tables.compare import _loss_trajectory
 
     runs = pd.Series([[2.0, 1.0, 0.5, 0.25], [4.0, 3.0, 1.5, 0.75]])
     assert _loss_trajectory(runs) == "3 / 1 / 0.5"  # mean at steps 0, 2 and 3

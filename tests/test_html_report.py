@@ -14,8 +14,9 @@ from typing import Any, cast
 import pytest
 
 from bench import cli, engines, records
-from bench.analysis import compare, html, html_figures
 from bench.records.types import LoadedRecord
+from bench.render import html, plots
+from bench.tables import compare
 from tests.conftest import ROOT
 
 GOLDEN = Path(__file__).parent / "data" / "golden.jsonl"
@@ -175,9 +176,9 @@ def test_every_figure_is_drawn_in_order_and_inline_once(tmp_path: Path) -> None:
 def _drawn(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """Every figure of the rich report, by caption, before it is turned into a PNG."""
     drawn: dict[str, Any] = {}
-    add = html_figures.Figures.add
+    add = plots.Figures.add
 
-    def keep(self: html_figures.Figures, fig: Any, caption: str) -> str:
+    def keep(self: plots.Figures, fig: Any, caption: str) -> str:
         drawn[caption] = [
             {
                 "ylim": ax.get_ylim(),
@@ -199,7 +200,7 @@ def _drawn(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         ]
         return add(self, fig, caption)
 
-    monkeypatch.setattr(html_figures.Figures, "add", keep)
+    monkeypatch.setattr(plots.Figures, "add", keep)
     html.build(_rich())
     return drawn
 

@@ -23,11 +23,11 @@ import pytest
 
 import models
 from bench import engines, records
-from bench.analysis import compare, frame
 from bench.contract import data
 from bench.contract.spec import Optimizer, RunSpec, SpecError
 from bench.core import machine as env
 from bench.engines import Engine
+from bench.tables import compare, frame
 from runners.adapters.base import EngineAdapter
 from runners.protocol.common import load_adapter
 from tests import shared_sweep as shared

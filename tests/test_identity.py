@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import cast
 
 from bench import records, sweep
-from bench.analysis import compare, frame, regress
 from bench.contract.spec import RunSpec
 from bench.measure.window import PROTOCOL_VERSION
 from bench.records.types import LoadedRecord, Spec
+from bench.tables import compare, frame, regress
 
 GOLDEN = Path(__file__).parent / "data" / "golden.jsonl"
 

@@ -78,8 +78,8 @@ def test_device_detection_reads_no_framework(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_help_does_not_load_pandas() -> None:
-    from bench.analysis import frame
     from bench.cli import common
+    from bench.tables import frame
 
     assert common.DEFAULT_TARGET == frame.DEFAULT_TARGET
     proc = subprocess.run(

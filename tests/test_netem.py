@@ -18,13 +18,13 @@ from typing import Any, cast
 import pytest
 
 from bench import cli, records
-from bench.analysis import frame
 from bench.cli.common import EXIT_BAD_INPUT
 from bench.core import units
 from bench.launch import netns
 from bench.records import schema
 from bench.records.types import Link, RunRecord
 from bench.sweep import emulate
+from bench.tables import frame
 from tests.conftest import run_bench
 
 # --- rates and records (no privileges needed) ------------------------------------------

@@ -1,4 +1,4 @@
-"""The scaling model (bench/analysis/predict) on synthetic records with a known answer.
+"""The scaling model (bench/predict) on synthetic records with a known answer.
 
 Each term of the model has a case worked by hand: latency and bandwidth each from the
 sizes that identify them, the latency split from two worker counts, intervals over
@@ -17,14 +17,15 @@ import numpy as np
 import pytest
 
 import models
-from bench import cli, records
-from bench.analysis import frame, html, predict, render
+from bench import cli, predict, records
 from bench.cli.common import EXIT_BAD_INPUT
 from bench.contract import data
 from bench.engines import registry
 from bench.measure import stats
 from bench.records import schema
 from bench.records.types import LoadedRecord
+from bench.render import formats, html
+from bench.tables import frame
 
 GRAD = 109386 * 4  # mlp's float32 parameters on 1x28x28 inputs, 10 classes
 ALPHA = 2e-4  # the 2-worker all-reduce latency: two ring steps of 1e-4 s
@@ -530,7 +531,7 @@ def test_predictions_are_records_kept_out_of_measured_tables() -> None:
         assert rec["kind"] == "prediction" and "throughput" not in rec
     loaded = cast(list[LoadedRecord], recs)  # as bench compare reads them back
     assert frame.frame(loaded).empty  # no measured table reads them
-    text = render.render(records.Loaded(loaded, [], []), "text", 0.95)
+    text = formats.render(records.Loaded(loaded, [], []), "text", 0.95)
     assert text and "MODEL PREDICTIONS, not measurements" in text and "25gbit" in text
     assert "compute share" in text and "efficiency" not in text.split("MODEL PREDICTIONS")[1]
     page = html.build(loaded).html

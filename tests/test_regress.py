@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from bench import records
-from bench.analysis import regress
 from bench.records.types import LoadedRecord
+from bench.tables import regress
 from tests.conftest import ROOT, run_bench
 
 GOLDEN = Path(__file__).parent / "data" / "golden.jsonl"

@@ -19,10 +19,12 @@ import pandas as pd
 import pytest
 
 from bench import cli, records
-from bench.analysis import decisions, noise
-from bench.analysis.frame import frame
-from bench.measure import sequential as sq
+from bench.decide import pairs, simulate
+from bench.decide import rule as sq
+from bench.measure import stats
 from bench.records import LoadedRecord
+from bench.tables import decided, noise
+from bench.tables.frame import frame
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -81,17 +83,14 @@ def test_a_look_sees_only_the_launches_before_it() -> None:
     assert steady.outcome == sq.EQUIVALENT and steady.look == 1
 
 
-@pytest.mark.parametrize("trim", [0.0, 0.2])
-def test_a_side_of_one_launch_is_undecided_with_its_ratio_and_no_warning(trim: float) -> None:
+def test_a_side_of_one_launch_is_undecided_with_its_ratio_and_no_warning() -> None:
     """A pair with no look yet (one side failed twice, say) still reads a ratio in the
     report: the sides' centres, with no spread computed from a single launch."""
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # numpy's "degrees of freedom <= 0" fails the test
-        d = sq.decide(_side([120]), _side([100, 101, 99]), ["b", "b", "a", "b"], 0.05, trim=trim)
+        d = sq.decide(_side([120]), _side([100, 101, 99]), ["b", "b", "a", "b"], 0.05)
     assert d.outcome == sq.UNDECIDED and d.low is None and d.high is None
     assert d.ratio == pytest.approx(1.2, rel=1e-3) and d.launches == 4
-    five = [4.0, 4.3, 4.1, 3.2, 4.2]  # where there is a spread, the same centre as `trimmed`
-    assert sq.trimmed_mean(five, trim) == pytest.approx(sq.trimmed(five, trim)[0])
 
 
 def test_equivalence_needs_the_whole_interval_inside_the_precision() -> None:
@@ -120,78 +119,27 @@ def _exactly(mean: float, sd: float, n: int, seed: int) -> tuple[float, ...]:
 
 
 def test_more_launches_are_what_a_later_look_needs_at_the_measured_variance() -> None:
-    """The projection, checked where it is exact: untrimmed (Welch's) intervals on
-    launches with exactly the measured means and variances."""
+    """The projection, checked where it is exact: Welch's intervals on launches with
+    exactly the measured means and variances."""
     a = sq.Side(_exactly(math.log(1.10), 0.1, 5, 1), 1.0)
     b = sq.Side(_exactly(0.0, 0.1, 5, 2), 1.0)
-    need = sq.more_launches(a, b, 0.05, trim=0.0)
+    need = sq.more_launches(a, b, 0.05)
     assert need is not None and sum(need) > 0
     assert a.n + b.n + sum(need) in sq.LOOKS
     # launches with exactly the measured means and variances decide at that look...
     na, nb = a.n + need[0], b.n + need[1]
     more_a, more_b = _exactly(math.log(1.10), 0.1, na, 3), _exactly(0.0, 0.1, nb, 4)
-    _, lo, hi = sq.interval(more_a, more_b, 1.0, sq.confidence(), trim=0.0)
+    _, lo, hi = stats.welch_log_ratio(more_a, more_b, 1.0, sq.confidence())
     assert sq.outcome(lo, hi, 0.05) == sq.DIFFERENT
     # ...and not at the look before it
     fewer = [n for n in sq.LOOKS if n < na + nb][-1] - (a.n + b.n)
     if fewer > 0:
         fa, fb = a.n + (fewer + 1) // 2, b.n + fewer // 2
-        _, lo, hi = sq.interval(more_a[:fa], more_b[:fb], 1.0, sq.confidence(), trim=0.0)
+        _, lo, hi = stats.welch_log_ratio(more_a[:fa], more_b[:fb], 1.0, sq.confidence())
         assert sq.outcome(lo, hi, 0.05) == sq.UNDECIDED
     # a ratio half-way inside the precision at 15% spread: no look within the schedule
     flat = sq.Side(_exactly(math.log(1.025), 0.15, 5, 5), 1.0)
     assert sq.more_launches(flat, b, 0.05) is None
-    assert sq.more_launches(flat, b, 0.05, trim=0.2) is None  # the spread is everywhere
-
-
-def test_the_trimmed_interval_is_yuens_and_welchs_where_nothing_is_cut() -> None:
-    """Against scipy's Yuen (trimmed Welch) test: the same t statistic and degrees of
-    freedom at every size, trimming 20% (one launch a side from five) or nothing."""
-    scipy_stats = pytest.importorskip("scipy.stats")  # scikit-learn's dependency: always here
-    rng = np.random.default_rng(11)
-    for n_a, n_b in [(3, 3), (5, 4), (7, 6), (10, 9), (14, 14), (21, 21)]:
-        a, b = rng.normal(0.05, 0.1, n_a), rng.standard_t(3, n_b) * 0.05
-        for trim in (0.2, 0.0):
-            ma, va, ha = sq.trimmed(a, trim)
-            mb, vb, hb = sq.trimmed(b, trim)
-            t = (ma - mb) / math.sqrt(va + vb)
-            df = (va + vb) ** 2 / (va**2 / (ha - 1) + vb**2 / (hb - 1))
-            ref = scipy_stats.ttest_ind(a, b, equal_var=False, trim=trim)
-            assert t == pytest.approx(ref.statistic, rel=1e-9)
-            assert df == pytest.approx(ref.df, rel=1e-9)
-            # the interval is that t's: its half-width is the quantile times the error
-            r, lo, hi = sq.interval(a, b, 1.0, 0.95, trim)
-            half = sq.stats.t_quantile(0.975, df) * math.sqrt(va + vb)
-            assert math.log(hi / r) == pytest.approx(half, rel=1e-6)
-            assert math.log(r / lo) == pytest.approx(half, rel=1e-6)
-
-
-def test_one_slow_launch_in_five_does_not_set_the_width() -> None:
-    """A/A launches that agree to 1% but for one launch 30% slow: Welch's interval (the
-    default) carries the slow one in full and decides nothing; Yuen's at 20% cuts it
-    and reads equivalent."""
-    a = _side([100, 101, 99, 100.5, 70, 99.5, 100.2])
-    b = _side([100, 99.8, 100.4, 99.6, 100.1, 100.3])
-    order = ["a", "b"] * 7
-    welch = sq.decide(a, b, order[:13], precision=0.05)
-    yuen = sq.decide(a, b, order[:13], precision=0.05, trim=0.2)
-    assert welch.outcome == sq.UNDECIDED
-    assert yuen.outcome == sq.EQUIVALENT and yuen.launches == 13
-    assert yuen.ratio == pytest.approx(1.0, abs=0.01)
-
-
-def test_a_slow_launch_among_the_first_three_does_not_give_the_pair_up() -> None:
-    """Trimmed: at three launches a side nothing can be cut, and the slow launch makes
-    every look out of reach; the pair is then asked for launches up to five a side
-    (where one is cut from each end), not abandoned as under Welch's. Beyond that, the
-    trimmed spread decides."""
-    a, b = _side([70, 100, 101]), _side([100.5, 71, 99.5])  # A/A, a slow launch each
-    assert sq.more_launches(a, b, 0.05) is None
-    assert sq.more_launches(a, b, 0.05, trim=0.2) == (2, 2)
-    a5, b5 = _side([70, 100, 101, 99.7, 100.2]), _side([100.5, 71, 99.5, 100.2, 99.9])
-    assert sq.more_launches(a5, b5, 0.05) is None
-    need = sq.more_launches(a5, b5, 0.05, trim=0.2)
-    assert need is not None and 0 < sum(need) <= 10
 
 
 # The distributions the error rates are checked on: log-normal at this machine's
@@ -209,17 +157,15 @@ DISTRIBUTIONS = {
 }
 
 
-@pytest.mark.parametrize("trim", [0.0, 0.2])
 @pytest.mark.parametrize("name", DISTRIBUTIONS)
-def test_error_rates_stay_within_five_percent_by_simulation(name: str, trim: float) -> None:
-    rates = sq.simulate(DISTRIBUTIONS[name], 0.05, sequences=10_000, trim=trim)
-    print(f"{name}, trim {trim}: {rates}")
+def test_error_rates_stay_within_five_percent_by_simulation(name: str) -> None:
+    rates = simulate.simulate(DISTRIBUTIONS[name], 0.05, sequences=10_000)
+    print(f"{name}: {rates}")
     assert rates.false_different <= 0.05
     assert rates.false_equivalent <= 0.05
 
 
-@pytest.mark.parametrize("trim", [0.0, 0.2])
-def test_the_simulation_decides_as_the_replay_does(trim: float) -> None:
+def test_the_simulation_decides_as_the_replay_does() -> None:
     """`outcomes` (the simulation, many pairs at once) and `decide` (what compare and the
     loop use) must settle the same launches the same way: the simulated error rates are
     those of the decisions the suite prints."""
@@ -228,12 +174,10 @@ def test_the_simulation_decides_as_the_replay_does(trim: float) -> None:
     spread = rng.choice([0.02, 0.1], (300, 1))
     a = rng.normal(0.0, 1.0, (300, half)) * spread + rng.choice([0.0, 0.05, 0.15], (300, 1))
     b = rng.normal(0.0, 1.0, (300, half)) * spread
-    fast = sq.outcomes(a, b, 0.05, sq.confidence(), trim=trim)
+    fast = simulate.outcomes(a, b, 0.05)
     order = ["a", "b"] * half
     slow = [
-        sq.decide(
-            sq.Side(tuple(a[i]), 1.0), sq.Side(tuple(b[i]), 1.0), order, 0.05, trim=trim
-        ).outcome
+        sq.decide(sq.Side(tuple(a[i]), 1.0), sq.Side(tuple(b[i]), 1.0), order, 0.05).outcome
         for i in range(300)
     ]
     assert len({*slow}) == 3  # the cases cover every outcome
@@ -260,40 +204,14 @@ def test_favourable_takes_the_ratio_and_spreads_towards_a_decision() -> None:
     assert far == pytest.approx(math.log(1.2) + math.sqrt(sa + sb))
 
 
-@pytest.mark.parametrize(("z", "trim"), [(0.0, 0.0), (1.0, 0.0), (1.0, 0.2)])
-def test_the_simulated_give_up_is_the_loops(z: float, trim: float) -> None:
-    """`sequences` with a give-up (the simulation of scripts/give_up_check.py) stops each
-    pair where the loop would: after the first launch at which `more_launches` at that
-    optimism finds no look within reach, or at its first deciding look."""
-    rng = np.random.default_rng(3)
-    half = (sq.LOOKS[-1] + 1) // 2
-    spread = rng.choice([0.03, 0.08, 0.15], (60, 1))
-    a = rng.normal(0.0, 1.0, (60, half)) * spread + rng.choice([0.0, 0.025, 0.1], (60, 1))
-    b = rng.normal(0.0, 1.0, (60, half)) * spread
-    result, launches = sq.sequences(a, b, 0.05, sq.confidence(), trim=trim, give_up=z)
-
-    def loop(i: int) -> tuple[str, int]:
-        for n in range(sq.LOOKS[0], sq.LOOKS[-1] + 1):
-            sa, sb = sq.Side(tuple(a[i, : (n + 1) // 2]), 1.0), sq.Side(tuple(b[i, : n // 2]), 1.0)
-            d = sq.decide(sa, sb, ["a", "b"] * half, 0.05, trim=trim) if n in sq.LOOKS else None
-            if d is not None and d.outcome != sq.UNDECIDED:
-                return d.outcome, n
-            if n < sq.LOOKS[-1] and sq.more_launches(sa, sb, 0.05, trim=trim, optimism=z) is None:
-                return sq.UNDECIDED, n
-        return sq.UNDECIDED, sq.LOOKS[-1]
-
-    replayed = [loop(i) for i in range(60)]
-    assert [(str(r), int(n)) for r, n in zip(result, launches, strict=True)] == replayed
-    stopped = [n for r, n in replayed if r == sq.UNDECIDED and n < sq.LOOKS[-1]]
-    assert stopped and len({r for r, _ in replayed}) >= 2  # the cases give up and decide
-
-
-def test_the_same_looks_at_a_fixed_n_confidence_go_wrong_more_often() -> None:
+def test_the_same_looks_at_a_fixed_n_confidence_go_wrong_more_often(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """What the spending is for: each look at 95% (alpha not divided by the looks)
     calls an A/A pair different far more often than 5%."""
-    naive = sq.simulate(
-        DISTRIBUTIONS["log-normal 15%"], 0.05, sequences=10_000, alpha=0.05 * len(sq.LOOKS)
-    )
+    monkeypatch.setattr(sq, "ALPHA", 0.05 * len(sq.LOOKS))
+    assert sq.confidence() == pytest.approx(0.95)
+    naive = simulate.simulate(DISTRIBUTIONS["log-normal 15%"], 0.05, sequences=10_000)
     assert naive.false_different > 0.10
 
 
@@ -342,7 +260,7 @@ def test_noise_levels_split_the_spread_between_windows_and_launches() -> None:
 def test_pairs_are_every_two_engines_and_every_efficiency() -> None:
     one = [(100.0, 0.01, 10.0)] * 3
     df = _frame_rows({(e, w): one for e in ("ddp", "horovod", "paddle") for w in (1, 2)})
-    names = [p.name for p in decisions.pairs(df)]
+    names = [p.name for p in pairs.pairs(df)]
     assert names == [
         "ddp / horovod x1",
         "ddp / paddle x1",
@@ -354,7 +272,7 @@ def test_pairs_are_every_two_engines_and_every_efficiency() -> None:
         "horovod x2 efficiency",
         "paddle x2 efficiency",
     ]
-    table = decisions.rows(df, 0.05)
+    table = decided.rows(df, 0.05)
     # identical launches: every head-to-head equivalent, every efficiency 0.5 (below 1)
     assert set(table["decided"]) == {"equivalent within 5%", "below 1"}
     assert list(table.columns[:3]) == ["workers", "a", "b"]
@@ -434,10 +352,10 @@ def test_a_real_run_adds_launches_until_decided_and_compare_agrees(tmp_path: Pat
         ), first
     repeats = sorted(r["labels"]["repeat"] for r in recs if r["engine"] == "paddle")
     assert len(set(repeats)) == len(repeats)  # every added launch is a new repeat
-    table = decisions.rows(frame(recs).pipe(lambda d: d[d["status"] == "ok"]), 0.10)
+    table = decided.rows(frame(recs).pipe(lambda d: d[d["status"] == "ok"]), 0.10)
     final = [ln for ln in status if "pairs decided" in ln][-1]
-    decided = (table["decided"] != "undecided").sum()
-    assert f"{decided} of 1 pairs decided" in final, (final, table.to_string())
+    settled = (table["decided"] != "undecided").sum()
+    assert f"{settled} of 1 pairs decided" in final, (final, table.to_string())
     # an open pair: the last line says what any allocation would need
     reach = "bench run --decide-at: at the measured ratios and spreads, "
     assert status[-1].startswith(reach) == (decided == 0), status
@@ -472,25 +390,25 @@ def _engines_launches(by_engine: dict[str, tuple[Sequence[float], float]]) -> pd
 
 def test_an_undecided_pair_says_the_launches_and_minutes_it_would_need() -> None:
     ok = _launches([100, 120, 85], [80, 95, 70], costs=(6.0, 30.0))
-    (pair,) = decisions.pairs(ok)
-    sides = decisions.Sides(ok)
+    (pair,) = pairs.pairs(ok)
+    sides = pairs.Sides(ok)
     need = sq.more_launches(sides(pair.a_rows), sides(pair.b_rows), 0.05)
     assert need is not None and need[0] > need[1]  # the cheaper side gets more
-    (row,) = decisions.rows(ok, 0.05).to_dict("records")
+    (row,) = decided.rows(ok, 0.05).to_dict("records")
     minutes = (need[0] * 6.0 + need[1] * 30.0) / 60
     assert row["more launches"] == f"{need[0]} + {need[1]} ({minutes:.1f} min)"
-    far = decisions.rows(_launches([100, 130, 80], [95, 125, 85]), 0.05)
+    far = decided.rows(_launches([100, 130, 80], [95, 125, 85]), 0.05)
     assert list(far["more launches"]) == ["beyond the last look"]
 
 
 def test_an_undecided_pair_gets_its_next_launch() -> None:
     """The loop's choice on constructed launches: an undecided pair gets one launch, a new
     repeat of one of its cells with that repeat's seed; a decided pair gets none."""
-    from bench.cli.until_decided import choose
     from bench.contract.spec import RunSpec
     from bench.engines import Engine
     from bench.sweep.cells import plan
     from bench.sweep.config import SweepConfig
+    from bench.sweep.until_decided import choose
 
     cfg = SweepConfig(engines=(Engine.DDP, Engine.PADDLE), workers=(1,), models=("mlp",))
     templates = [c for c in plan(cfg, RunSpec()) if c.repeat == 0]
@@ -505,8 +423,8 @@ def test_an_undecided_pair_gets_its_next_launch() -> None:
     # 9% apart at 3 a side, 9% spread: out of reach at the measured ratio and spreads, not
     # at ones a standard error more favourable, so the pair gets its launch
     close = _launches([100, 110, 92], [97, 104, 92])
-    (pair,) = decisions.pairs(close)
-    sides = decisions.Sides(close)
+    (pair,) = pairs.pairs(close)
+    sides = pairs.Sides(close)
     assert sq.more_launches(sides(pair.a_rows), sides(pair.b_rows), 0.05) is None
     chosen, decided, _, _ = choose(close, templates, 0.05)
     assert len(chosen) == 1 and decided == 0
@@ -526,21 +444,21 @@ def test_a_pair_within_reach_at_its_measured_values_goes_first() -> None:
     launches); ddp against either only at a ratio and spreads a standard error more
     favourable, where it would need fewer (7 + 6). The launch goes to the first: the
     favourable count is a hope, not a cost."""
-    from bench.cli.until_decided import choose
     from bench.contract.spec import RunSpec
     from bench.engines import Engine
     from bench.sweep.cells import plan
     from bench.sweep.config import SweepConfig
+    from bench.sweep.until_decided import choose
 
     by_engine = {"ddp": [100, 110, 92], "paddle": [97, 104, 92], "horovod": [98, 101, 95]}
     ok = _engines_launches({e: (tput, 5.0) for e, tput in by_engine.items()})
-    sides = decisions.Sides(ok)
+    sides = pairs.Sides(ok)
     need = {
         p.name: (
             sq.more_launches(sides(p.a_rows), sides(p.b_rows), 0.05),
             sq.more_launches(sides(p.a_rows), sides(p.b_rows), 0.05, optimism=sq.GIVE_UP_Z),
         )
-        for p in decisions.pairs(ok)
+        for p in pairs.pairs(ok)
     }
     hopeful = [name for name, (measured, _) in need.items() if measured is None]
     assert sorted(hopeful) == ["ddp / horovod x1", "ddp / paddle x1"]
@@ -562,17 +480,17 @@ def test_a_pair_the_budget_left_cannot_settle_gives_way() -> None:
     it is only a hope like the others and the cheapest hope goes first; with less than
     its favourable 110 s it is counted past the budget, and with less than any pair's
     favourable launches no launch is spent at all."""
-    from bench.cli.until_decided import _why_none, choose
     from bench.contract.spec import RunSpec
     from bench.engines import Engine
     from bench.sweep.cells import plan
     from bench.sweep.config import SweepConfig
+    from bench.sweep.until_decided import _why_none, choose
 
     by_engine = {"ddp": [100, 110, 92], "paddle": [97, 104, 92], "horovod": [98, 101, 95]}
     ok = _engines_launches({e: (tput, 5.0) for e, tput in by_engine.items()})
-    sides = decisions.Sides(ok)
+    sides = pairs.Sides(ok)
     seconds = {}  # pair: (measured, favourable) seconds of launches, None out of reach
-    for p in decisions.pairs(ok):
+    for p in pairs.pairs(ok):
         a, b = sides(p.a_rows), sides(p.b_rows)
         needs = (
             sq.more_launches(a, b, 0.05),
@@ -627,8 +545,8 @@ def test_the_sides_of_an_aa_experiment_read_as_two_engines() -> None:
         sides.append({**r, "labels": {**(r.get("labels") or {}), "aa": "AB"[i % 2]}})
     df = frame(cast(list[LoadedRecord], sides))
     assert set(df["engine"]) == {"ddp~A", "ddp~B"} and set(df["engine_name"]) == {"ddp"}
-    pairs = decisions.pairs(df[df["status"] == "ok"])
-    assert [p.name for p in pairs] == ["ddp~A / ddp~B x1"]
+    found = pairs.pairs(df[df["status"] == "ok"])
+    assert [p.name for p in found] == ["ddp~A / ddp~B x1"]
 
 
 @pytest.mark.distributed
@@ -653,7 +571,7 @@ def test_a_real_aa_experiment_is_decided_by_the_same_loop(tmp_path: Path) -> Non
     assert proc.returncode == 0, proc.stderr[-3000:]
     recs = [r for r in records.load([tmp_path]).records if r["status"] == "ok"]
     assert {r["labels"]["aa"] for r in recs} == {"A", "B"} and len(recs) >= 6
-    table = decisions.rows(frame(recs), 0.10)
+    table = decided.rows(frame(recs), 0.10)
     assert list(table["a"]) == ["ddp~A"] and list(table["b"]) == ["ddp~B"]
     status = [ln for ln in proc.stdout.splitlines() if ln.startswith("bench run --decide-at:")]
     final = [ln for ln in status if "pairs decided" in ln]

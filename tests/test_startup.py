@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bench import records
-from bench.analysis import render
+from bench.render import formats
 from runners.protocol import startup
 from tests.shared_sweep import SharedSweep
 
@@ -43,7 +43,7 @@ def test_a_run_records_its_start_up_and_energy_and_compare_shows_them(
     assert len(s["per_rank_total_s"]) == 2 and s["total_s"] == max(s["per_rank_total_s"])
     # the sweep's own clock agrees: the first timed step came before the record was written
     assert s["total_s"] < rec["launch_to_stop_s"]
-    text = render.render(records.load([shared_sweep.results]), "text", 0.95) or ""
+    text = formats.render(records.load([shared_sweep.results]), "text", 0.95) or ""
     assert "start-up:" in text and "interpreter and imports" in text
     e = rec["energy"]
     package = shared_sweep.rapl_package

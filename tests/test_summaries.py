@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from bench import records
-from bench.analysis import compare
 from bench.records import cache, summaries
+from bench.tables import compare
 
 GOLDEN = Path(__file__).parent / "data" / "golden.jsonl"
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from bench import cli
-from bench.analysis import knobs, textfit
+from bench.render import textfit
+from bench.tables import knobs
 from tests.test_html_report import _rich
 
 ROOT = Path(__file__).parent.parent

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from bench import records
-from bench.analysis import compare, tuning
 from bench.contract.spec import RunSpec
 from bench.engines import Engine
 from bench.records import Status
@@ -17,6 +16,7 @@ from bench.sweep import tune
 from bench.sweep.cells import Cell
 from bench.sweep.config import SweepConfig
 from bench.sweep.execute import CellResult
+from bench.tables import compare, tuning
 from tests.conftest import run_bench
 
 

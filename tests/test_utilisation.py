@@ -13,9 +13,10 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import models
 from bench import cli, records
-from bench.analysis import figures, render
 from bench.measure import peak
 from bench.records.types import LoadedRecord, RunRecord
+from bench.render import formats
+from bench.tables import derived
 from runners.protocol import fields
 from tests.shared_sweep import SharedSweep
 
@@ -108,14 +109,14 @@ def _record(**over: Any) -> LoadedRecord:
 
 
 def test_the_peak_capacity_counts_the_cores_workers_share() -> None:
-    assert figures.peak_capacity(_record()) == 200  # two one-thread workers, two CPUs
+    assert derived.peak_capacity(_record()) == 200  # two one-thread workers, two CPUs
     # four workers across two namespaces of this one 2-CPU machine share its two cores
     emulated = _record(world_size=4, link={"rate_bps": 10**9, "emulated": True})
-    assert figures.peak_capacity(emulated) == 200
-    assert figures.peak_capacity(_record(world_size=4, nodes=2)) == 400  # two machines
+    assert derived.peak_capacity(emulated) == 200
+    assert derived.peak_capacity(_record(world_size=4, nodes=2)) == 400  # two machines
     gpu = _record(world_size=4, peak={"gflops": 1000.0, "device": "cuda"})
-    assert figures.peak_capacity(gpu) == 4000
-    assert str(figures.peak_capacity(_record(peak={}))) == "nan"
+    assert derived.peak_capacity(gpu) == 4000
+    assert str(derived.peak_capacity(_record(peak={}))) == "nan"
 
 
 @pytest.mark.distributed  # reads the session's sweep (multi-process launches)
@@ -130,12 +131,12 @@ def test_a_run_names_its_peak_and_compare_refuses_utilisation_above_it(
     entry = rec["peak"]
     assert entry["gflops"] > 0 and entry["source"] == str(results / peak.FILE)
     assert entry["key"] in json.loads((results / peak.FILE).read_text())
-    text = render.render(records.load([results]), "text", 0.95) or ""
+    text = formats.render(records.load([results]), "text", 0.95) or ""
     flops, throughput = rec.get("flops_per_sample"), rec.get("throughput")
     assert flops is not None and throughput is not None
     share = 100 * throughput * flops["train"] / 1e9 / entry["gflops"]
     assert f"{share:.1f}%" in text and "'of peak'" in text
     # a peak below what the run achieved is a broken figure: refused, with the reason
     rec["peak"] = {**entry, "gflops": share / 200 * entry["gflops"] / 100}
-    text = render.render(records.Loaded([cast(LoadedRecord, rec)], [], []), "text", 0.95) or ""
+    text = formats.render(records.Loaded([cast(LoadedRecord, rec)], [], []), "text", 0.95) or ""
     assert "refused: above the measured peak" in text and "utilisation refused for ddp np=1" in text

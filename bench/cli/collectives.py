@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 from bench import engines, records
-from bench.analysis import busbw, render, textfit
 from bench.cli.common import (
     EXIT_BAD_INPUT,
     DefaultsOnce,
@@ -19,8 +18,10 @@ from bench.cli.common import (
 from bench.core.errors import BenchError, Interrupted
 from bench.launch import netns
 from bench.measure.allreduce import DEFAULT_SIZES
+from bench.render import formats, textfit
 from bench.sweep import allreduce
 from bench.sweep.allreduce import Plan
+from bench.tables import busbw
 
 DESCRIPTION = (
     "Time a float32 sum-allreduce with each engine's own call, under its own launcher; "
@@ -89,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         return status
     loaded = records.load([records.results_file(args.results).parent / records.COLLECTIVES_FILE])
     print()
-    print(render.collectives_text(busbw.tables(loaded.records), textfit.width()))
+    print(formats.collectives_text(busbw.tables(loaded.records), textfit.width()))
     return 0 if all(s == records.Status.OK for s in statuses) else 1
 
 

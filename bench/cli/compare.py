@@ -10,7 +10,6 @@ from pathlib import Path
 import pandas as pd
 
 from bench import records
-from bench.analysis import cost, decisions, frame, regress, render, textfit
 from bench.cli.common import (
     DEFAULT_TARGET,
     EXIT_BAD_INPUT,
@@ -20,6 +19,9 @@ from bench.cli.common import (
     write_file,
 )
 from bench.core.errors import CheckError, InputError
+from bench.decide.pairs import DEFAULT_PRECISION
+from bench.render import formats, textfit
+from bench.tables import cost, frame, regress
 
 DESCRIPTION = (
     "Tables over every record under PATHS (results/reference/ only when named), one "
@@ -64,7 +66,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="with --base/--new: smallest relative change called significant (default: 0.03)",
     )
-    p.add_argument("--format", choices=render.FORMATS, default="text")
+    p.add_argument("--format", choices=formats.FORMATS, default="text")
     p.add_argument(
         "--target-accuracy",
         type=float,
@@ -166,7 +168,7 @@ def print_tables(
     out_dir: str | None = None,
     price: cost.Price | None = None,
     wide: bool = False,
-    precision: float = decisions.DEFAULT_PRECISION,
+    precision: float = DEFAULT_PRECISION,
     error_rates: bool = False,
 ) -> int:
     """Print the comparison of the records under `paths` (and write it under `out_dir`);
@@ -179,7 +181,7 @@ def print_tables(
     loaded = records.load(paths) if fmt == "html" else records.load_summaries(paths)
     report_skipped(loaded)
     width = textfit.width(wide)
-    text = render.render(
+    text = formats.render(
         loaded, fmt, target, width=width, precision=precision, error_rates=error_rates
     )
     if text is None:
@@ -196,7 +198,7 @@ def print_tables(
         # the figures are inline, so the one file is the whole report; never the terminal
         out_dir = out_dir or HTML_DIR
     if out_dir:
-        status = write_file(Path(out_dir) / f"report.{render.SUFFIX[fmt]}", text)
+        status = write_file(Path(out_dir) / f"report.{formats.SUFFIX[fmt]}", text)
         if status:
             return status
     if fmt != "html":
@@ -282,10 +284,10 @@ def _diff(args: argparse.Namespace) -> int:
         text = df.to_csv(index=False)
     else:
         markdown = args.format == "markdown"
-        text = regress.render(df, markdown, width=textfit.width(args.wide)) + "\n"
+        text = formats.regress_text(df, markdown, width=textfit.width(args.wide)) + "\n"
     print(text, end="")
     if args.out:
-        status = write_file(Path(args.out) / f"diff.{render.SUFFIX[args.format]}", text)
+        status = write_file(Path(args.out) / f"diff.{formats.SUFFIX[args.format]}", text)
         if status:
             return status
     failures = [msg for row in df.to_dict("records") for c in checks if (msg := c.fails(row))]

@@ -6,8 +6,8 @@ import argparse
 import sys
 
 from bench import records
-from bench.analysis import export
 from bench.cli.common import EXIT_BAD_INPUT, not_records, report_skipped
+from bench.render import export
 
 DESCRIPTION = (
     "Write the training records under PATHS in another tool's format. pytest-benchmark: one "

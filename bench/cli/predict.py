@@ -8,8 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench import records
-from bench.analysis import predict
+from bench import predict, records
 from bench.cli.common import EXIT_BAD_INPUT, not_records, positive_ints
 from bench.core.errors import BenchError, PredictError
 from bench.core.units import format_rate, parse_rate

@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import engines, records
-from bench.analysis import decisions
-from bench.cli import compare, until_decided
+from bench.cli import compare
 from bench.cli.common import (
     EXIT_BAD_INPUT,
     comma_list,
@@ -29,11 +28,12 @@ from bench.cli.common import (
 from bench.contract.flags import add_spec_flags, spec_from_args
 from bench.contract.spec import RunSpec
 from bench.core.errors import BenchError, Interrupted, SpecError, SweepError
+from bench.decide.pairs import DEFAULT_PRECISION
 from bench.launch import slurm
 from bench.launch.cluster import DEFAULT_REMOTE_SHELL
 from bench.measure import contention, peak
 from bench.measure.window import add_measure_flags
-from bench.sweep import emulate, submit
+from bench.sweep import emulate, submit, until_decided
 from bench.sweep.cells import Cell, check_plan, plan
 from bench.sweep.config import LAUNCHERS, SLURM, SweepConfig, load_config_file
 from bench.sweep.execute import CellResult, cell_argv, cell_log_dir, environment_key, run_sweep
@@ -356,7 +356,7 @@ def _finish(args: argparse.Namespace, outcomes: list[CellResult], results: Path)
             [str(records.results_file(results))],
             "text",
             False,
-            precision=precision or decisions.DEFAULT_PRECISION,
+            precision=precision or DEFAULT_PRECISION,
         )
     if bad:
         print(f"bench run: {len(bad)} of {len(outcomes)} cells did not finish ok", file=sys.stderr)

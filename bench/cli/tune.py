@@ -9,14 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from bench import engines, records
-from bench.analysis import textfit, tuning
 from bench.cli.common import EXIT_BAD_INPUT, engine_names, stop_on_signals, stopped_status
 from bench.contract.flags import add_spec_flags, spec_from_args
 from bench.contract.spec import RunSpec
 from bench.core.errors import BenchError, Interrupted
 from bench.measure.window import add_measure_flags
+from bench.render import formats, textfit
 from bench.sweep import tune
 from bench.sweep.config import SweepConfig
+from bench.tables import tuning
 
 DESCRIPTION = (
     "Search each engine's communication knobs that leave the maths unchanged (DDP's "
@@ -77,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         return status
     table = tuning.rows(records.load([results]).records, tune_id=t.tune_id)
     minutes = t.elapsed() / 60
-    text = tuning.render_text(table, textfit.width())
+    text = formats.tuning_text(table, textfit.width())
     print(f"\nbest against best ({minutes:.1f} min):\n" + text)
     return 0
 

@@ -32,6 +32,7 @@ import dataclasses
 import functools
 import math
 from statistics import NormalDist
+from typing import TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -39,6 +40,7 @@ from numpy.typing import ArrayLike
 CONFIDENCE = 0.95
 MIN_RUNS = 3  # fewer runs give no interval and no verdict
 TOO_FEW = "too few runs"
+Num = TypeVar("Num", float, np.ndarray)  # one value, or one per row
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,17 +182,30 @@ def ratio(
     n = int(min(a.size, b.size))
     if n < MIN_RUNS or not (np.all(a > 0) and np.all(b > 0)):
         return Estimate(point, None, None, n, TOO_FEW)
-    la, lb = np.log(a), np.log(b)
-    va, vb = float(np.var(la, ddof=1)) / a.size, float(np.var(lb, ddof=1)) / b.size
-    diff = float(np.mean(la) - np.mean(lb)) - math.log(scale)
+    _, low, high = welch_log_ratio(np.log(a), np.log(b), scale, confidence)
+    return Estimate(point, min(low, point), max(high, point), n, "welch-log-t")
+
+
+def welch_df(va: Num, vb: Num, na: int, nb: int) -> Num:
+    """Welch-Satterthwaite degrees of freedom of a difference of two means, from their
+    squared standard errors va, vb over na, nb values; at least 1 (scalars or arrays)."""
+    den = va**2 / (na - 1) + vb**2 / (nb - 1)
+    return np.maximum((va + vb) ** 2 / np.maximum(den, 1e-300), 1.0)
+
+
+def welch_log_ratio(
+    la: ArrayLike, lb: ArrayLike, scale: float = 1.0, confidence: float = CONFIDENCE
+) -> tuple[float, float, float]:
+    """(ratio, low, high) of exp(mean la - mean lb) / scale: Welch's t-interval on the
+    difference of two groups' mean logs (two values a group at least)."""
+    a, b = np.asarray(la, dtype=np.float64), np.asarray(lb, dtype=np.float64)
+    va, vb = float(np.var(a, ddof=1)) / a.size, float(np.var(b, ddof=1)) / b.size
+    diff = float(np.mean(a) - np.mean(b)) - math.log(scale)
     se = math.sqrt(va + vb)
     if se == 0:
-        low = high = math.exp(diff)
-    else:
-        df = (va + vb) ** 2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))
-        half = t_quantile(0.5 + confidence / 2, max(df, 1.0)) * se
-        low, high = math.exp(diff - half), math.exp(diff + half)
-    return Estimate(point, min(low, point), max(high, point), n, "welch-log-t")
+        return math.exp(diff), math.exp(diff), math.exp(diff)
+    half = t_quantile(0.5 + confidence / 2, float(welch_df(va, vb, a.size, b.size))) * se
+    return math.exp(diff), math.exp(diff - half), math.exp(diff + half)
 
 
 def relative_half_width(est: Estimate) -> float | None:

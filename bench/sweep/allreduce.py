@@ -3,7 +3,7 @@
 Each (engine, workers) cell launches runners/allreduce.py through the engine's
 own launcher, like a training cell, with a time-out; a cell that leaves no
 record gets a failed/timeout record of kind "collective". The tables are
-bench/analysis/busbw.py's.
+bench/tables/busbw.py's.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ engine's communication probe runs around them (a DDP communication hook, Horovod
 timeline, none on Paddle over Gloo), and every rank's medians are gathered. These
 steps follow the trained result and every timed window, so no reported throughput
 includes them (tests/test_breakdown.py runs with and without them). What they mean
-together with the compute-only twin is bench/analysis/breakdown.py.
+together with the compute-only twin is bench/tables/breakdown.py.
 """
 
 from __future__ import annotations

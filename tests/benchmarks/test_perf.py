@@ -30,11 +30,11 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 import models
 from bench import records
-from bench.analysis import compare
 from bench.contract import data
 from bench.contract.spec import RunSpec
 from bench.core import machine as env
 from bench.engines import Engine
+from bench.tables import compare
 from runners.adapters.base import EngineAdapter
 from runners.protocol.common import load_adapter
 

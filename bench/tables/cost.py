@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bench.analysis.frame import DEFAULT_TARGET, frame
 from bench.core.errors import InputError
 from bench.measure import energy
-from bench.records import LoadedRecord, Status
+from bench.records import LoadedRecord
+from bench.tables.frame import DEFAULT_TARGET, frame, usable
 
 NOT_MEASURED = energy.NOT_MEASURED
 
@@ -48,7 +48,7 @@ def table(
     df = frame(recs, target)
     if df.empty:
         return df
-    ok = df[(df["status"] == Status.OK) & df["grad_sync"].astype(bool)]
+    ok = usable(df)
     rows = [
         _row(title, engine, int(w), cell, price, target)
         for (title, engine, w), cell in ok.groupby(["title", "engine", "workers"])

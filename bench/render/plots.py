@@ -3,7 +3,7 @@
 Every plotted number comes from the records and comparisons passed in; a builder
 returns its figure as page HTML (an inline data URI under its caption), or nothing
 where its data is absent. Each engine keeps its colour and line in every figure
-(`Style`); the page around them is bench/analysis/html.py's.
+(`Style`); the page around them is bench/render/html.py's.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import numpy as np
 import pandas as pd
 
 from bench import engines
-from bench.analysis import breakdown, compare
-from bench.analysis.frame import synced_ok
 from bench.records import LoadedRecord, Status
+from bench.tables import breakdown, compare
+from bench.tables.frame import usable
 
 
 def _esc(text: object) -> str:
@@ -171,7 +171,7 @@ def _smooth(values: Sequence[float | str | None], window: int) -> np.ndarray:
 def _curves_figure(
     frame: pd.DataFrame, by_id: dict[str, LoadedRecord], style: Style, figs: Figures
 ) -> list[str]:
-    ok = synced_ok(frame)
+    ok = usable(frame)
     if ok.empty:
         return []
     # one run per (engine, workers): the lowest seed, so that curves are comparable
@@ -377,7 +377,7 @@ def _head_to_head_figure(comp: compare.Comparison, style: Style, figs: Figures) 
 def _time_to_accuracy_figure(
     frame: pd.DataFrame, target: float, style: Style, figs: Figures
 ) -> list[str]:
-    ok = synced_ok(frame)
+    ok = usable(frame)
     if ok.empty:
         return []
     cells = sorted(ok.groupby(["workers", "engine"]), key=lambda kv: kv[0])
@@ -506,7 +506,7 @@ def _timeline_figure(
 def _spread_figure(
     frame: pd.DataFrame, by_id: dict[str, LoadedRecord], style: Style, figs: Figures
 ) -> list[str]:
-    ok = synced_ok(frame)
+    ok = usable(frame)
     first = ok.sort_values("seed").groupby(["engine", "workers"], sort=True).head(1)
     labels, data, colours = [], [], []
     for _, row in first.sort_values(["workers", "engine"]).iterrows():

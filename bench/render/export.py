@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from bench.analysis.frame import comparison_key, finished
 from bench.core.machine import machine_key
 from bench.records import LoadedRecord
+from bench.tables.frame import comparison_key, finished
 
 FORMAT_VERSION = "5.1.0"  # the pytest-benchmark JSON layout written here
 

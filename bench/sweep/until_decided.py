@@ -1,13 +1,13 @@
 """`bench run --decide-at P [--budget TIME]`: launches added until head-to-heads are decided.
 
 After the sweep's first round (its repeats, three at least), each round re-reads the
-records, decides every pair as `bench compare` does (bench/analysis/decisions.py) and
+records, decides every pair as `bench compare` does (bench/decide/) and
 launches one more run for each model with an undecided pair: the pair closest to a
 decision in seconds (at the measured variances; a pair only within reach at more
 favourable ones comes after every other), on its side that narrows the interval most
 per second. A pair that no allocation within the looks could decide, even at a
 ratio and spreads a standard error more favourable than measured
-(`sequential.GIVE_UP_Z`), gets nothing: it would swallow the budget and decide nothing.
+(`rule.GIVE_UP_Z`), gets nothing: it would swallow the budget and decide nothing.
 Nor does a pair whose launches, even at those values, would cost more than the budget
 has left: the minutes go to a pair they can still settle.
 Rounds interleave the models and, pair by pair, the engines, so the machine's drift
@@ -28,14 +28,14 @@ from typing import NamedTuple, TextIO
 import pandas as pd
 
 from bench import records
-from bench.analysis import decisions
-from bench.analysis.frame import synced_launches
 from bench.contract.spec import RunSpec
 from bench.core.units import clock
-from bench.measure import sequential
+from bench.decide import pairs, rule
 from bench.sweep.cells import Cell, plan
 from bench.sweep.config import SweepConfig
 from bench.sweep.execute import CellResult
+from bench.tables import decided
+from bench.tables.frame import synced_launches
 
 MAX_FAILURES = 3  # a cell that keeps failing would be chosen again and again
 RunCells = Callable[[list[Cell] | None], list[CellResult]]
@@ -89,10 +89,6 @@ def _cell_for(templates: list[Cell], variant: str, workers: int, gdf: pd.DataFra
     return dataclasses.replace(template, repeat=repeat, spec=template.spec.replace(seed=seed))
 
 
-def _seconds(need: tuple[int, int], a: sequential.Side, b: sequential.Side) -> float:
-    return need[0] * a.launch_s + need[1] * b.launch_s
-
-
 def choose(
     ok: pd.DataFrame, templates: list[Cell], precision: float, left_s: float = math.inf
 ) -> Round:
@@ -103,30 +99,28 @@ def choose(
         # (only hopeful, seconds): a pair within reach at its measured values comes before
         # one that is only at more favourable values, whose launches would be too few
         best: tuple[tuple[bool, float], Choice] | None = None
-        sides = decisions.Sides(decisions.usable(gdf))
-        for pair in decisions.pairs(gdf):
+        sides = pairs.Sides(gdf)
+        for pair in pairs.pairs(gdf):
             total += 1
-            d = decisions.decide(gdf, pair, precision, sides)
-            if d.outcome != sequential.UNDECIDED:
+            d = pairs.decide(pair, precision, sides)
+            if d.outcome != rule.UNDECIDED:
                 decided += 1
                 continue
             a, b = sides(pair.a_rows), sides(pair.b_rows)
             # the launches at the measured ratio and spreads; where those put every look
             # (or the budget) out of reach, at more favourable ones a few launches cannot
             # rule out
-            need = sequential.more_launches(a, b, precision, pair.scale)
-            hopeful = need is None or _seconds(need, a, b) > left_s
+            need = rule.more_launches(a, b, precision, pair.scale)
+            hopeful = need is None or rule.seconds(need, a, b) > left_s
             if hopeful:
-                need = sequential.more_launches(
-                    a, b, precision, pair.scale, optimism=sequential.GIVE_UP_Z
-                )
+                need = rule.more_launches(a, b, precision, pair.scale, optimism=rule.GIVE_UP_Z)
             if need is None:
                 continue
-            if _seconds(need, a, b) > left_s:
+            if rule.seconds(need, a, b) > left_s:
                 past_budget += 1
                 continue
-            key = (hopeful, _seconds(need, a, b))
-            side = sequential.next_side(a, b)
+            key = (hopeful, rule.seconds(need, a, b))
+            side = rule.next_side(a, b)
             if side == "a":
                 engine, workers, launch_s = pair.a, pair.workers, a.launch_s
             else:  # an efficiency's other side is the 1-worker cell
@@ -156,7 +150,7 @@ def _why_none(decided: int, total: int, past_budget: int, left_s: float) -> str:
 
 def _say_reach(ok: pd.DataFrame, precision: float, say: TextIO) -> None:
     """What any allocation would need to decide more of the run's head-to-heads."""
-    line = decisions.reach_line(decisions.reach([g for _, g in ok.groupby("model")], precision))
+    line = decided.reach_line(decided.reach([g for _, g in ok.groupby("model")], precision))
     if line:
         print(f"bench run --decide-at: {line}", file=say, flush=True)
 
@@ -173,7 +167,7 @@ def run(
     """The first round, then rounds of chosen launches until decided or out of budget."""
     say = out or sys.stdout
     start = time.monotonic()
-    first = dataclasses.replace(config, repeats=max(config.repeats, sequential.MIN_SIDE))
+    first = dataclasses.replace(config, repeats=max(config.repeats, rule.MIN_SIDE))
     outcomes = run_cells(plan(first, base))
     templates = [c for c in plan(dataclasses.replace(first, repeats=1), base) if c.spec.grad_sync]
     failures = 0

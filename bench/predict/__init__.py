@@ -6,8 +6,9 @@ intervals, records and tables, and checks them against runs. docs/prediction.md
 states the model and what each term is measured from.
 """
 
-from bench.analysis.predict.inputs import Sample, grad_bytes_of, samples
-from bench.analysis.predict.model import (
+from bench.core.errors import PredictError
+from bench.predict.inputs import Sample, grad_bytes_of, samples
+from bench.predict.model import (
     Fit,
     LatencySplit,
     Layout,
@@ -18,7 +19,7 @@ from bench.analysis.predict.model import (
     ring_factor,
     split_latency,
 )
-from bench.analysis.predict.report import (
+from bench.predict.report import (
     CAPTION,
     FILE,
     Prediction,
@@ -33,7 +34,6 @@ from bench.analysis.predict.report import (
     to_record,
     what_if,
 )
-from bench.core.errors import PredictError
 
 __all__ = [
     "CAPTION",

@@ -11,10 +11,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bench.analysis import busbw, decisions, html, noise, predict, startup, textfit, tuning
-from bench.analysis import knobs as knob_table
-from bench.analysis.compare import Comparison, compare, displayed
+from bench import predict
+from bench.decide.pairs import DEFAULT_PRECISION
 from bench.records import Loaded
+from bench.render import html, textfit
+from bench.tables import busbw, decided, noise, regress, startup, tuning
+from bench.tables import knobs as knob_table
+from bench.tables.compare import Comparison, compare, displayed
 
 FORMATS = ("text", "markdown", "csv", "json", "html")
 SUFFIX = {"text": "txt", "markdown": "md", "csv": "csv", "json": "json", "html": "html"}
@@ -28,10 +31,10 @@ _KEYS_OF = {
     "ranks); of peak: achieved FLOP/s over the machine's measured matmul peak",
     "start-up": "every phase in seconds, median over runs; from: where the clock starts "
     "(launch: when bench run launched the cell; process start: a runner started by hand)",
-    "decided": decisions.KEY,
-    "within reach": decisions.REACH_KEY,
+    "decided": decided.KEY,
+    "within reach": decided.REACH_KEY,
     "noise": noise.KEY,
-    "error rates": decisions.ERROR_KEY,
+    "error rates": decided.ERROR_KEY,
     "where the step goes (ms)": "ms per step; '-': not measured for that cell (the note under "
     "'comm measured by' says why)",
 }
@@ -169,7 +172,7 @@ def render(
     target: float,
     figures: list[bytes] | None = None,
     width: int | None = None,
-    precision: float = decisions.DEFAULT_PRECISION,
+    precision: float = DEFAULT_PRECISION,
     error_rates: bool = False,
 ) -> str | None:
     """The comparison of `loaded` in one format; None when nothing is comparable.
@@ -201,7 +204,7 @@ def render(
         out.append(predicted + "\n")
     if not tuned.empty:
         title = "\n".join(textfit.wrap(TUNED_TITLE + ":", width))
-        out.append(f"{title}\n{tuning.render_text(tuned, width)}\n")
+        out.append(f"{title}\n{tuning_text(tuned, width)}\n")
     return "\n".join(out)
 
 
@@ -259,3 +262,89 @@ def _markdown(comps: list[Comparison], loaded: Loaded) -> str:
         table = predict.table(loaded.records).to_markdown(index=False)
         out.append(f"### Model predictions (not measurements)\n\n{predict.CAPTION}\n\n{table}\n")
     return "\n".join(out)
+
+
+# -- bench compare --base/--new and bench tune, as text --------------------------------
+
+
+REGRESS_LEGEND = (
+    "* significant: the 95% interval of NEW/BASE (Welch t on logs, >= 3 runs a side)"
+    " excludes 1 and |change| >= minimum effect"
+)
+
+
+def regress_text(df: pd.DataFrame, markdown: bool = False, width: int | None = None) -> str:
+    """The diff as a compact table (Markdown for a pull-request comment). Text fits `width`
+    (None: one line per row) as compare's tables do: one table per comparison under its
+    name, split into parts with engine and workers repeated, values said once when every
+    row shares them."""
+    shown = _regress_shown(df)
+    if markdown:
+        return shown.to_markdown(index=False) + "\n\n" + REGRESS_LEGEND
+    lines: list[str] = []
+    for title, rows in shown.groupby("comparison", sort=False):
+        if lines:
+            lines.append("")
+        lines += textfit.wrap(str(title), width)
+        lines += textfit.table(rows.drop(columns=["comparison"]), width, "  ")
+    return "\n".join([*lines, "", *textfit.wrap(REGRESS_LEGEND, width)])
+
+
+def _regress_shown(df: pd.DataFrame) -> pd.DataFrame:
+    """The diff's rows as display strings: BASE -> NEW (change), * when significant."""
+    shown = pd.DataFrame(
+        {
+            "comparison": df["comparison"],
+            "machine": df["machine"],
+            "engine": df["engine"],
+            "workers": df["workers"],
+            "runs base/new": df["runs"],
+        }
+    )
+    if df["oversubscribed"].any():
+        shown["oversubscribed"] = ["YES" if o else "no" for o in df["oversubscribed"]]
+    for metric in regress.METRICS:
+        if f"{metric} change" not in df:
+            continue
+        heading, fmt = regress.SHOWN[metric]
+        shown[heading] = [
+            "-"
+            if pd.isna(c)
+            else f"{fmt.format(b)} -> {fmt.format(n)} ({c:+.1%}){' *' if s else ''}"
+            for b, n, c, s in zip(
+                df[f"{metric} base"],
+                df[f"{metric} new"],
+                df[f"{metric} change"],
+                df[f"{metric} significant"].fillna(False),
+                strict=True,
+            )
+        ]
+    return shown
+
+
+def tuning_readable(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows as a reader wants them: samples/s with thousands separators beside their
+    interval, the tuned knobs or 'its defaults won', no session id (`--format json` has it)."""
+    out = []
+    for r in table.to_dict("records"):
+        same = not r["tuned knobs"] or r["tuned knobs"] == r["default knobs"]
+        out.append(
+            {
+                "engine": r["engine"],
+                "workers": r["workers"],
+                "model": r["model"],
+                "default samples/s": f"{r['default samples/s']:,} {r['default 95% CI']}",
+                "tuned samples/s": f"{r['tuned samples/s']:,} {r['tuned 95% CI']}",
+                "tuned knobs": "its defaults won" if same else r["tuned knobs"],
+                "tuned / default": f"{r['tuned / default']:.2f} {r['ratio 95% CI']}",
+                "trials": r["trials"],
+            }
+        )
+    return pd.DataFrame(out)
+
+
+def tuning_text(table: pd.DataFrame, width: int | None = None) -> str:
+    """The best-against-best table in at most `width` columns (None: no limit)."""
+    if table.empty:
+        return "  (no fresh default and tuned runs recorded)"
+    return "\n".join(textfit.table(tuning_readable(table), width))

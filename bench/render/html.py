@@ -1,6 +1,6 @@
 """A self-contained HTML report: the comparison tables and plots, nothing fetched at view time.
 
-This module assembles the page; the figures are html_figures.py's, drawn into PNGs
+This module assembles the page; the figures are plots.py's, drawn into PNGs
 embedded as data URIs. Every string that comes from a record is HTML-escaped
 (table cells, titles and notes go through html.escape; the collectives' numeric
 tables through pandas' to_html), so a model or host name containing markup shows
@@ -17,11 +17,13 @@ from typing import Any
 
 import pandas as pd
 
-from bench.analysis import busbw, compare, frame, html_figures, predict, textfit, tuning
-from bench.analysis import knobs as knob_table
-from bench.analysis.frame import DEFAULT_TARGET
+from bench import predict
 from bench.core import machine
 from bench.records import LoadedRecord, Problem
+from bench.render import plots, textfit
+from bench.tables import busbw, compare, frame, tuning
+from bench.tables import knobs as knob_table
+from bench.tables.frame import DEFAULT_TARGET
 
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
@@ -128,13 +130,13 @@ def build(
     target: float = DEFAULT_TARGET,
 ) -> Report:
     """The whole report, and its figures as PNG bytes in page order."""
-    figs = html_figures.Figures()
+    figs = plots.Figures()
     runs = frame.frame(recs, target)  # every comparison's rows: its figures draw from them
     labels = [str(e) for e in runs.get("engine", pd.Series(dtype=str))]
     parts = busbw.tables(recs)
     for part in parts.values():
         labels += [str(c).partition(" ")[0] for c in part.columns]
-    style = html_figures.Style(labels)
+    style = plots.Style(labels)
     body = ["<h1>Data-parallel training engines compared</h1>", _header(recs, problems)]
     for comp in compare.compare(recs, target):
         body += _comparison(comp, recs, runs, target, style, figs)
@@ -144,7 +146,7 @@ def build(
             body.append(
                 f"<h3>{_esc(name)}</h3>" + df.to_html(escape=True, border=0, float_format="%.3f")
             )
-        body.append(html_figures.collective_plot(parts, style, figs))
+        body.append(plots.collective_plot(parts, style, figs))
     body.extend(_apart(recs))
     return Report(_page(body), figs.png)
 
@@ -154,8 +156,8 @@ def _comparison(
     recs: Sequence[LoadedRecord],
     runs: pd.DataFrame,
     target: float,
-    style: html_figures.Style,
-    figs: html_figures.Figures,
+    style: plots.Style,
+    figs: plots.Figures,
 ) -> list[str]:
     """One comparison: its title, machine and spec, tables, figures, notes and knobs."""
     spec: Mapping[str, Any] = next((r["spec"] for r in recs if r.get("run_id") in comp.run_ids), {})
@@ -168,7 +170,7 @@ def _comparison(
         if not df.empty:
             body.append(f"<h3>{_esc(name)}</h3>")
             body.append(_table(compare.displayed(name, df)))
-    body.extend(html_figures.plots(comp, recs, runs, target, style, figs))
+    body.extend(plots.plots(comp, recs, runs, target, style, figs))
     body.append(
         "<ul>"
         + "".join(

@@ -29,8 +29,8 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 
-from bench.analysis.figures import Layout
 from bench.core.errors import PredictError
+from bench.tables.derived import Layout
 
 # exposed communication at or below this share of the modelled communication reads as
 # "all hidden": the fit then bounds the overlap from below instead of measuring it

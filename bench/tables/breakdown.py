@@ -1,7 +1,7 @@
 """Where each engine's step goes, and a verdict that explains the time it lost.
 
 The step's parts (compute, optimizer, exposed and hidden communication, other,
-input) are bench/analysis/figures.py's, per cell (engine, worker count), in
+input) are bench/tables/derived.py's, per cell (engine, worker count), in
 milliseconds per step, medians over runs. The phases come from profiled steps run
 after every timed window (runners/protocol/profile.py), never from them.
 
@@ -15,7 +15,7 @@ compute stretch, the CPU communication took from compute, waiting for
 communication, optimizer and the rest; the verdict names the largest part of the
 time lost to scaling, and says how closely the parts add up to the measured
 difference. A 1-worker cell (or one without its baseline, saying what to run) is
-read from its step's largest share. Advice is bench/analysis/advice.py's, checked
+read from its step's largest share. Advice is bench/tables/advice.py's, checked
 against the run's layout.
 """
 
@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bench.analysis import advice, figures
-from bench.analysis.figures import CATEGORIES, Parts, parts
 from bench.measure.contention import OTHER_CORES_LIMIT
+from bench.tables import advice, derived
+from bench.tables.derived import CATEGORIES, Parts, parts
 
 __all__ = ["CATEGORIES", "Parts", "parts", "rows", "stacked", "verdict", "verdict_rows"]
 
@@ -245,7 +245,7 @@ def _contention_evidence(runs: pd.DataFrame) -> str | None:
     """Evidence that others shared the CPUs: other processes, the hypervisor, or more
     compute threads than CPUs. (The CPU the engine's own communication takes is a part
     of the time lost to scaling, `comm CPU`.)"""
-    cpu = figures.cell_cpu(runs)
+    cpu = derived.cell_cpu(runs)
     # the record's `contended` flag warns from 2% of steal; a verdict needs a real share
     if cpu.others > OTHER_CORES_LIMIT or cpu.steal > STEAL_SHARE:
         return (
@@ -258,9 +258,9 @@ def _contention_evidence(runs: pd.DataFrame) -> str | None:
     return None
 
 
-def _layout(runs: pd.DataFrame) -> figures.Layout:
+def _layout(runs: pd.DataFrame) -> derived.Layout:
     layout = runs["layout"].iloc[0] if "layout" in runs else None
-    return layout if isinstance(layout, figures.Layout) else figures.Layout(1, 1, 1)
+    return layout if isinstance(layout, derived.Layout) else derived.Layout(1, 1, 1)
 
 
 def _verdict(
@@ -269,7 +269,7 @@ def _verdict(
     """A verdict with its advice, checked against the cell's layout."""
     engine = str(runs["single_node_engine"].iloc[0])
     workers = int(runs["workers"].iloc[0])
-    tuned = group.tuned.get((figures.base_engine(engine), workers)) if group else None
+    tuned = group.tuned.get((derived.base_engine(engine), workers)) if group else None
     tips = advice.advise(name, _layout(runs), engine, tuned)
     knob = "; ".join(a.text() for a in tips) or "nothing: it scales"
     return Verdict(name, evidence, knob, **splits)
@@ -333,7 +333,7 @@ def _by_share(runs: pd.DataFrame, p: Parts, group: Group | None) -> Verdict:
         engine, model = str(runs["single_node_engine"].iloc[0]), str(runs["model"].iloc[0])
         evidence += (
             "; no 1-worker baseline, so this is the step's largest share, not what "
-            f"scaling lost: run bench run --engines {figures.base_engine(engine)} "
+            f"scaling lost: run bench run --engines {derived.base_engine(engine)} "
             f"--workers 1 --models {model} with the same settings into the same results"
         )
     largest = p.largest()
@@ -342,7 +342,7 @@ def _by_share(runs: pd.DataFrame, p: Parts, group: Group | None) -> Verdict:
     if largest == "exposed comm":
         evidence += f"; hidden comm {p.hidden:.2f} ms"
         return _verdict("communication-bound", runs, evidence, group)
-    util = figures.utilisation(runs)
+    util = derived.utilisation(runs)
     at = f"; {util:.1%} of the measured peak" if np.isfinite(util) else "; no peak measured"
     if largest == "other" or (np.isfinite(util) and util < OVERHEAD_UTILISATION):
         return _verdict("overhead-bound", runs, evidence + at, group)

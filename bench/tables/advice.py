@@ -1,7 +1,7 @@
 """Advice the machine can take: what a verdict suggests, checked against the run's layout.
 
 A suggestion that adds threads or workers is made only where the layout
-(bench/analysis/figures.py: workers x (threads + the engine's communication
+(bench/tables/derived.py: workers x (threads + the engine's communication
 threads) against the usable CPUs) still fits with them; on a machine they already
 fill the advice is the other way: fewer workers per node, a core left for
 communication, or a larger batch. An engine's own communication knobs are
@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from bench import engines
-from bench.analysis.figures import Layout, base_engine
+from bench.tables.derived import Layout, base_engine
 
 
 @dataclasses.dataclass(frozen=True)

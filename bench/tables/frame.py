@@ -22,13 +22,13 @@ import numpy as np
 import pandas as pd
 
 from bench import engines, records
-from bench.analysis import figures
 from bench.contract.identity import GROUP_FIELDS_V1, canonical
 from bench.core import machine
 from bench.core.units import format_rate
 from bench.measure import contention
 from bench.records import Kind, LoadedRecord, RunRecord, Status
 from bench.records.types import Epoch, Spec
+from bench.tables import derived
 
 # Spec fields that may differ between the runs of one comparison.
 VARYING = ("seed",)
@@ -86,9 +86,16 @@ def finished(recs: Iterable[LoadedRecord], kind: Kind = Kind.TRAIN) -> list[Load
     return [r for r in recs if r.get("kind", Kind.TRAIN) == kind and r.get("status") == Status.OK]
 
 
-def synced_ok(df: pd.DataFrame) -> pd.DataFrame:
-    """The rows of `frame` that finished and averaged gradients (not compute-only twins)."""
-    return df[(df["status"] == Status.OK) & df["grad_sync"].astype(bool)]
+def usable(df: pd.DataFrame, twins: bool = False) -> pd.DataFrame:
+    """The launches a table, a plot or a decision measures: the rows of `frame` that
+    finished ok and averaged gradients (with `twins`, the compute-only twins instead),
+    with a finite, positive throughput (a damaged record's may be anything). The one
+    filter they all read launches through."""
+    if df.empty:
+        return df
+    tput = pd.to_numeric(df["throughput"], errors="coerce")
+    keep = (df["status"] == Status.OK) & (df["grad_sync"].astype(bool) != twins)
+    return df[keep & np.isfinite(tput) & (tput > 0)]
 
 
 def _title(spec: Spec) -> str:
@@ -132,22 +139,22 @@ def variant(r: RunRecord) -> str:
 def _why_columns(r: RunRecord) -> dict[str, Any]:
     """Utilisation, start-up, contention, cost and energy inputs of one run."""
     return {
-        "peak_gflops": figures.peak_capacity(r),  # all workers at the measured peak
-        "startup": _startup(r),  # launch to first timed step (bench/analysis/startup.py)
+        "peak_gflops": derived.peak_capacity(r),  # all workers at the measured peak
+        "startup": _startup(r),  # launch to first timed step (bench/tables/startup.py)
         "nodes": int(r.get("nodes") or 1),
         "energy": r.get("energy") if isinstance(r.get("energy"), dict) else {},
-        # the profiled steps' phases (bench/analysis/breakdown.py), {} if absent or malformed
+        # the profiled steps' phases (bench/tables/breakdown.py), {} if absent or malformed
         "breakdown": _breakdown(r),
         "global_batch": r.get("global_batch"),
         "per_worker_batch": r.get("per_worker_batch"),
-        # who used the CPUs while it was timed, per rank (bench/analysis/figures.py)
-        "cpu": figures.rank_cpu(r),
+        # who used the CPUs while it was timed, per rank (bench/tables/derived.py)
+        "cpu": derived.rank_cpu(r),
         # others or the hypervisor took CPU while it was timed (bench/measure/contention.py)
         "contended": bool(r.get("contended")),
         "contention_cause": contention_cause(r),
         # how its workers shared one machine's CPUs (the verdict's advice is checked on it)
-        "layout": figures.layouts(r)[0],
-        "step_s": figures.step_s(r),
+        "layout": derived.layouts(r)[0],
+        "step_s": derived.step_s(r),
     }
 
 
@@ -184,10 +191,7 @@ def link_suffix(r: RunRecord) -> str:
 def synced_launches(folder: Path) -> pd.DataFrame:
     """One results folder's ok launches that synchronised gradients, in record order:
     what a head-to-head decision reads (a compute-only twin is no engine's throughput)."""
-    df = frame(records.load_summaries([records.results_file(folder)]).records)
-    if df.empty:
-        return df
-    return df[(df["status"] == Status.OK) & df["grad_sync"].astype(bool)]
+    return usable(frame(records.load_summaries([records.results_file(folder)]).records))
 
 
 def frame(recs: Iterable[LoadedRecord], target: float = DEFAULT_TARGET) -> pd.DataFrame:
@@ -198,7 +202,7 @@ def frame(recs: Iterable[LoadedRecord], target: float = DEFAULT_TARGET) -> pd.Da
 
 
 def _trial(r: RunRecord) -> bool:
-    """A `bench tune` trial: a search step, not a measurement (bench/analysis/tuning.py)."""
+    """A `bench tune` trial: a search step, not a measurement (bench/tables/tuning.py)."""
     labels = r.get("labels")
     return isinstance(labels, dict) and labels.get("tuning") == "trial"
 
@@ -209,7 +213,7 @@ def _row(r: LoadedRecord, target: float) -> dict[str, Any]:
     res = r.get("resources") or {}
     flops: Mapping[str, Any] = r.get("flops_per_sample") or {}
     machine, libraries = _context(r)
-    oversub, budget_text = figures.oversubscription(r)
+    oversub, budget_text = derived.oversubscription(r)
     engine = variant(r) + _pinned(r) + _aa_suffix(r)
     protocol = records.protocol_version(r)
     return {
@@ -279,8 +283,8 @@ def _aa_suffix(r: RunRecord) -> str:
 
 
 def _noise_columns(r: LoadedRecord) -> dict[str, Any]:
-    """What the noise levels and the sequential decisions read (bench/analysis/noise.py,
-    decisions.py): the launch's windows, what the launch cost from the sweep's start of
+    """What the noise levels and the sequential decisions read (bench/tables/noise.py,
+    bench/decide/pairs.py): the launch's windows, what the launch cost from the sweep's start of
     it to its launcher's exit, and which repeat of its cell it was."""
     labels = r.get("labels")
     return {

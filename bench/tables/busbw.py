@@ -7,8 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from bench.analysis.frame import finished, link_suffix
 from bench.records import Kind, LoadedRecord
+from bench.tables.frame import finished, link_suffix
 
 
 def _fmt_bytes(n: int) -> str:

@@ -8,7 +8,6 @@ from typing import Any
 
 import pandas as pd
 
-from bench.analysis import textfit
 from bench.measure import stats
 from bench.records import LoadedRecord, Status
 
@@ -59,31 +58,3 @@ def rows(recs: Iterable[LoadedRecord], tune_id: str | None = None) -> pd.DataFra
             }
         )
     return pd.DataFrame(out)
-
-
-def readable(table: pd.DataFrame) -> pd.DataFrame:
-    """The rows as a reader wants them: samples/s with thousands separators beside their
-    interval, the tuned knobs or 'its defaults won', no session id (`--format json` has it)."""
-    out = []
-    for r in table.to_dict("records"):
-        same = not r["tuned knobs"] or r["tuned knobs"] == r["default knobs"]
-        out.append(
-            {
-                "engine": r["engine"],
-                "workers": r["workers"],
-                "model": r["model"],
-                "default samples/s": f"{r['default samples/s']:,} {r['default 95% CI']}",
-                "tuned samples/s": f"{r['tuned samples/s']:,} {r['tuned 95% CI']}",
-                "tuned knobs": "its defaults won" if same else r["tuned knobs"],
-                "tuned / default": f"{r['tuned / default']:.2f} {r['ratio 95% CI']}",
-                "trials": r["trials"],
-            }
-        )
-    return pd.DataFrame(out)
-
-
-def render_text(table: pd.DataFrame, width: int | None = None) -> str:
-    """The best-against-best table in at most `width` columns (None: no limit)."""
-    if table.empty:
-        return "  (no fresh default and tuned runs recorded)"
-    return "\n".join(textfit.table(readable(table), width))

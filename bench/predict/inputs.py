@@ -22,8 +22,9 @@ from typing import Any
 import numpy as np
 
 import models
-from bench.analysis import figures, frame
-from bench.analysis.predict.model import (
+from bench.contract import data
+from bench.core.errors import DataError, PredictError
+from bench.predict.model import (
     Fit,
     Layout,
     LinkCost,
@@ -31,9 +32,8 @@ from bench.analysis.predict.model import (
     record_cost,
     split_latency,
 )
-from bench.contract import data
-from bench.core.errors import DataError, PredictError
 from bench.records import Kind, LoadedRecord, RunRecord
+from bench.tables import derived, frame
 
 BYTES_PER_VALUE = {"none": 4, "fp16": 2}  # gradients on the wire, by spec grad_compression
 
@@ -69,8 +69,8 @@ def classes_of(rec: RunRecord) -> int:
 
 
 def run_step_s(rec: RunRecord) -> float | None:
-    """One run's step time, as the model fits it (`figures.median_window_step_s`)."""
-    return figures.median_window_step_s(rec)
+    """One run's step time, as the model fits it (`derived.median_window_step_s`)."""
+    return derived.median_window_step_s(rec)
 
 
 def run_cpu_s(rec: RunRecord, step_s: float) -> float | None:
@@ -78,10 +78,10 @@ def run_cpu_s(rec: RunRecord, step_s: float) -> float | None:
 
     A rank's `own_cpu_cores` is not its own: it is every process of the run that it
     could see (bench/measure/contention.py), shared among the workers those were
-    (`figures.workers_counted`). Read as one worker's, a 2-worker run's communication
+    (`derived.workers_counted`). Read as one worker's, a 2-worker run's communication
     CPU was counted twice.
     """
-    per_worker = figures.rank_cpu(rec)["per_worker"]
+    per_worker = derived.rank_cpu(rec)["per_worker"]
     if not per_worker or not all(np.isfinite(per_worker)):
         return None
     return float(np.mean(per_worker)) * step_s
@@ -120,9 +120,9 @@ def spec_key(spec: Mapping[str, Any]) -> str:
 
 
 def layouts(rec: RunRecord) -> tuple[Layout, Layout]:
-    """(machine, hosts) as the model reads them: `figures.layouts` without the engine's
+    """(machine, hosts) as the model reads them: `derived.layouts` without the engine's
     communication threads, which the model's CPU term measures instead."""
-    machine, hosts = figures.layouts(rec)
+    machine, hosts = derived.layouts(rec)
     return (
         dataclasses.replace(machine, engine_threads=0),
         dataclasses.replace(hosts, engine_threads=0),

@@ -15,12 +15,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bench.analysis import breakdown, decisions, figures, noise, startup, tuning
-from bench.analysis import knobs as knob_table
-from bench.analysis.frame import DEFAULT_TARGET, frame, libraries_text
+from bench.decide.pairs import DEFAULT_PRECISION
 from bench.measure import stats
 from bench.measure.contention import STEAL_LIMIT
 from bench.records import LoadedRecord, Status
+from bench.tables import breakdown, decided, derived, noise, startup, tuning
+from bench.tables import knobs as knob_table
+from bench.tables.frame import DEFAULT_TARGET, frame, libraries_text, usable
 
 # Accuracy parity: an engine is flagged when its mean accuracy differs from the
 # other engines' by more than this many seed-to-seed standard deviations (and by
@@ -59,10 +60,6 @@ def _interval(est: stats.Estimate, spec: str) -> str:
     return est.interval(spec)
 
 
-def _ok(df: pd.DataFrame) -> pd.DataFrame:
-    return df[df["status"] == Status.OK]
-
-
 def _keep(
     iv: list[dict[str, Any]], engine: str, workers: int, metric: str, est: stats.Estimate
 ) -> None:
@@ -95,10 +92,10 @@ def _contended_runs(cell: pd.DataFrame) -> str:
 def _throughput_rows(
     gdf: pd.DataFrame, twins: pd.DataFrame, iv: list[dict[str, Any]]
 ) -> pd.DataFrame:
-    ok = _ok(gdf)
+    ok = usable(gdf)
     rows = []
     for (engine, workers), cell in gdf.groupby(["engine", "workers"]):
-        good = _ok(cell)
+        good = usable(cell)
         row: dict[str, Any] = {
             "engine": engine,
             "workers": int(workers),
@@ -124,7 +121,9 @@ def _throughput_rows(
                 eff = stats.ratio(tp, base, float(workers))
                 row["efficiency"], row["eff. 95% CI"] = eff.value, _interval(eff, ".2f")
                 _keep(iv, engine, workers, "efficiency", eff)
-            nosync = _ok(twins[(twins["engine"] == engine) & (twins["workers"] == workers)])
+            nosync = usable(
+                twins[(twins["engine"] == engine) & (twins["workers"] == workers)], twins=True
+            )
             if workers > 1 and len(nosync):
                 # share of the compute-only throughput lost to unhidden communication
                 ratio = stats.ratio(tp, nosync["throughput"].tolist())
@@ -150,7 +149,7 @@ def _throughput_rows(
 
 def _rank_rows(gdf: pd.DataFrame) -> pd.DataFrame:
     rows = []
-    for (engine, workers), cell in _ok(gdf).groupby(["engine", "workers"]):
+    for (engine, workers), cell in usable(gdf).groupby(["engine", "workers"]):
         # per run: its slowest, median and fastest rank; the table shows medians over runs
         ranks = [(min(r), float(np.median(r)), max(r)) for r in cell["rank_throughput"] if r]
         lo, mid, hi = (
@@ -190,9 +189,9 @@ REFUSED = "refused: above the measured peak"
 
 
 def _utilisation(cell: pd.DataFrame) -> str:
-    """`figures.utilisation` as a percentage; never above 100%: above means the peak or
+    """`derived.utilisation` as a percentage; never above 100%: above means the peak or
     the FLOP count is wrong, so no figure is shown."""
-    share = figures.utilisation(cell)
+    share = derived.utilisation(cell)
     if not np.isfinite(share):
         return "not measured"
     return REFUSED if share > 1 else f"{share:.1%}"
@@ -230,7 +229,7 @@ def _loss_trajectory(runs: pd.Series) -> str:
 
 
 def _accuracy_rows(gdf: pd.DataFrame, target: float) -> pd.DataFrame:
-    ok = _ok(gdf)
+    ok = usable(gdf)
     rows = []
     for (engine, workers), cell in ok.groupby(["engine", "workers"]):
         acc = cell["final_accuracy"].astype(float)
@@ -275,7 +274,7 @@ def _accuracy_rows(gdf: pd.DataFrame, target: float) -> pd.DataFrame:
 
 def _head_to_head_rows(gdf: pd.DataFrame, iv: list[dict[str, Any]]) -> pd.DataFrame:
     rows = []
-    for workers, same_w in _ok(gdf).groupby("workers"):
+    for workers, same_w in usable(gdf).groupby("workers"):
         by_engine = {e: g["throughput"].tolist() for e, g in same_w.groupby("engine")}
         flagged = {e: _contended_runs(g) for e, g in same_w.groupby("engine")}
         best = max(by_engine, key=lambda e: float(np.median(by_engine[e])))
@@ -329,7 +328,7 @@ def _contention_note(ok: pd.DataFrame) -> str:
 
 def _notes(gdf: pd.DataFrame, others: pd.DataFrame) -> list[str]:
     """What a reader must know besides the tables: parity, settings, flagged runs."""
-    ok = _ok(gdf)
+    ok = usable(gdf)
     notes = [*_fingerprint_notes(ok), *_maths_notes(ok), *knob_table.table(ok), *_peak_notes(ok)]
     over = gdf[gdf["oversubscribed"].astype(bool)]
     if not over.empty:
@@ -423,11 +422,11 @@ def _protocol_notes(gdf: pd.DataFrame, others: pd.DataFrame) -> list[str]:
 def compare(
     recs: Iterable[LoadedRecord],
     target: float = DEFAULT_TARGET,
-    precision: float = decisions.DEFAULT_PRECISION,
+    precision: float = DEFAULT_PRECISION,
     error_rates: bool = False,
 ) -> list[Comparison]:
     """One comparison per distinct synchronised spec (seed aside), sorted by title;
-    `precision` is the P at which head-to-heads are decided (bench/analysis/decisions.py);
+    `precision` is the P at which head-to-heads are decided (bench/decide/);
     `error_rates` adds each cell's simulated error rates of those decisions."""
     recs = list(recs)
     df = frame(recs, target)
@@ -457,9 +456,9 @@ def compare(
                 intervals=pd.DataFrame(iv),
                 knobs={
                     str(e): [json.loads(k) for k in sorted(g.unique())]
-                    for e, g in _ok(gdf).groupby("engine")["knobs"]
+                    for e, g in usable(gdf).groupby("engine")["knobs"]
                 },
-                knob_table=knob_table.table(_ok(gdf)),
+                knob_table=knob_table.table(usable(gdf)),
             )
         )
     return sorted(out, key=lambda c: (c.title, c.machine, c.libraries))
@@ -481,20 +480,22 @@ def _sections(
         "per rank": _rank_rows(gdf),
         "accuracy": _accuracy_rows(gdf, target),
         "head to head": _head_to_head_rows(gdf, iv),
-        "decided": decisions.rows(_ok(gdf), precision),
-        "within reach": decisions.reach_rows(decisions.reach([_ok(gdf)], precision)),
-        "noise": noise.rows(_ok(gdf), precision),
+        "decided": decided.rows(usable(gdf), precision),
+        "within reach": decided.reach_rows(decided.reach([usable(gdf)], precision)),
+        "noise": noise.rows(usable(gdf), precision),
     }
     if error_rates:
-        sections["error rates"] = decisions.error_rows(_ok(gdf), precision)
+        sections["error rates"] = decided.error_rows(usable(gdf), precision)
     starts = startup.rows(gdf, iv)
     if not starts.empty:  # records before start-up was recorded have none
         sections["start-up"] = starts
-    steps = breakdown.rows(_ok(gdf), _ok(twins))
+    steps = breakdown.rows(usable(gdf), usable(twins, twins=True))
     if not steps.empty:  # records before steps were profiled have none
         sections["where the step goes (ms)"] = steps
         measured = _tuned(tuned, str(gdf["model"].iloc[0]))
-        sections["verdict"] = breakdown.verdict_rows(_ok(gdf), _ok(twins), measured)
+        sections["verdict"] = breakdown.verdict_rows(
+            usable(gdf), usable(twins, twins=True), measured
+        )
     return sections
 
 
@@ -543,7 +544,7 @@ _FORMATS = {
     "CPU util": "{:.2f}",
     "vs fastest": "{:.2f}",
     "ratio": "{:.3f}",
-    # the noise table (bench/analysis/noise.py)
+    # the noise table (bench/tables/noise.py)
     "windows": "{:.0f}",
     "within": "{:.1%}",
     "between": "{:.1%}",

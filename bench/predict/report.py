@@ -14,12 +14,12 @@ import numpy as np
 import pandas as pd
 
 from bench import records
-from bench.analysis.predict.inputs import Measured, Sample, measured, samples, spec_key
-from bench.analysis.predict.model import Fit, LatencySplit, Layout, LinkCost, Target
 from bench.core.errors import PredictError
 from bench.core.units import format_rate
 from bench.engines import registry
 from bench.measure.stats import t_quantile
+from bench.predict.inputs import Measured, Sample, measured, samples, spec_key
+from bench.predict.model import Fit, LatencySplit, Layout, LinkCost, Target
 from bench.records import Kind, LoadedRecord, RunRecord
 
 FILE = "predictions.jsonl"

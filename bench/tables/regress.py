@@ -24,11 +24,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bench.analysis import textfit
-from bench.analysis.frame import frame, synced_ok
 from bench.core.errors import CheckError
 from bench.measure import stats
 from bench.records import LoadedRecord
+from bench.tables.frame import frame, usable
 
 # metric -> (record column in report.frame, higher is better)
 METRICS: dict[str, tuple[str, bool]] = {
@@ -84,7 +83,7 @@ def _frame(recs: Sequence[LoadedRecord]) -> pd.DataFrame:
     df = frame(recs)
     if df.empty:
         return df
-    df = synced_ok(df).copy()
+    df = usable(df).copy()
     df["step_p50_ms"] = 1e3 * df["step_p50"]
     return df
 
@@ -177,58 +176,3 @@ def protocols_apart(base: Sequence[LoadedRecord], new: Sequence[LoadedRecord]) -
         f"{', '.join(map(str, bp))} in BASE and {', '.join(map(str, np_))} in NEW; timings of "
         "different protocols are never compared: rerun BASE with this version of bench"
     )
-
-
-LEGEND = (
-    "* significant: the 95% interval of NEW/BASE (Welch t on logs, >= 3 runs a side)"
-    " excludes 1 and |change| >= minimum effect"
-)
-
-
-def render(df: pd.DataFrame, markdown: bool = False, width: int | None = None) -> str:
-    """The diff as a compact table (Markdown for a pull-request comment). Text fits `width`
-    (None: one line per row) as compare's tables do: one table per comparison under its
-    name, split into parts with engine and workers repeated, values said once when every
-    row shares them."""
-    shown = _shown(df)
-    if markdown:
-        return shown.to_markdown(index=False) + "\n\n" + LEGEND
-    lines: list[str] = []
-    for title, rows in shown.groupby("comparison", sort=False):
-        if lines:
-            lines.append("")
-        lines += textfit.wrap(str(title), width)
-        lines += textfit.table(rows.drop(columns=["comparison"]), width, "  ")
-    return "\n".join([*lines, "", *textfit.wrap(LEGEND, width)])
-
-
-def _shown(df: pd.DataFrame) -> pd.DataFrame:
-    """The diff's rows as display strings: BASE -> NEW (change), * when significant."""
-    shown = pd.DataFrame(
-        {
-            "comparison": df["comparison"],
-            "machine": df["machine"],
-            "engine": df["engine"],
-            "workers": df["workers"],
-            "runs base/new": df["runs"],
-        }
-    )
-    if df["oversubscribed"].any():
-        shown["oversubscribed"] = ["YES" if o else "no" for o in df["oversubscribed"]]
-    for metric in METRICS:
-        if f"{metric} change" not in df:
-            continue
-        heading, fmt = SHOWN[metric]
-        shown[heading] = [
-            "-"
-            if pd.isna(c)
-            else f"{fmt.format(b)} -> {fmt.format(n)} ({c:+.1%}){' *' if s else ''}"
-            for b, n, c, s in zip(
-                df[f"{metric} base"],
-                df[f"{metric} new"],
-                df[f"{metric} change"],
-                df[f"{metric} significant"].fillna(False),
-                strict=True,
-            )
-        ]
-    return shown
