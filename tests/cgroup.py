@@ -1,8 +1,8 @@
 """A cgroup with a CPU quota, for commands that must see fewer CPUs than the machine has.
 
-Used by the tests of `usable_cpus` and by scripts/stability.py's quota mode. Root only:
-cgroup v2 (`cpu.max`, the cpu controller enabled below the root) or v1 (the cpu
-hierarchy's `cpu.cfs_quota_us`).
+Used by the tests of `usable_cpus` and by the stability study's quota mode
+(experiments/stability/). Root only: cgroup v2 (`cpu.max`, the cpu controller enabled
+below the root) or v1 (the cpu hierarchy's `cpu.cfs_quota_us`).
 """
 
 from __future__ import annotations

@@ -59,5 +59,5 @@ def test_the_committed_reference_is_not_ignored() -> None:
     # per-rank logs (runs/) are ignored everywhere, reference/ too: the few committed
     # beside reference records were added by name, and a rerun's stay out
     records = [p for p in listed if "/runs/" not in p]
-    assert len(records) > 100
+    assert len(records) > 20  # the reference sweeps, tune, the model check, the gate's calibration
     assert not _ignored([*TRACKED, *records])
