@@ -14,8 +14,9 @@ import pandas as pd
 import pytest
 
 from bench import cli, records
-from bench.analysis import compare, figures, frame, render
 from bench.records.types import LoadedRecord
+from bench.render import formats
+from bench.tables import compare, derived, frame
 from tests.conftest import run_bench
 
 GOLDEN = Path(__file__).parent / "data" / "golden.jsonl"
@@ -197,7 +198,7 @@ def test_different_machines_and_versions_are_never_pooled() -> None:
         assert t.loc[("ddp", 1), "runs"] == 3  # not 6 or 9
         # the compute-only twin of the same machine gives comm %
         assert t.loc[("ddp", 2), "comm %"].startswith("25% [")
-        assert f"machine: {c.machine} | {c.libraries}" in render.render_text(c)
+        assert f"machine: {c.machine} | {c.libraries}" in formats.render_text(c)
 
 
 def test_reference_records_are_read_only_when_named(tmp_path: Path) -> None:
@@ -243,11 +244,11 @@ def test_oversubscribed_runs_are_flagged_in_every_table() -> None:
     )
     # records from before the field existed are judged from the machine's CPU count
     old = records.load([GOLDEN]).records[0]
-    assert figures.oversubscription(cast(LoadedRecord, {**old, "world_size": 4})) == (
+    assert derived.oversubscription(cast(LoadedRecord, {**old, "world_size": 4})) == (
         True,
         "4 workers x 1 threads > 2 CPUs (inferred)",
     )
-    assert not figures.oversubscription(old)[0]
+    assert not derived.oversubscription(old)[0]
 
 
 def test_contended_runs_are_flagged_in_every_timing_table() -> None:
@@ -282,7 +283,7 @@ def test_json_and_csv_keep_numbers_as_numbers() -> None:
     import io
 
     loaded = records.load([GOLDEN])
-    data = json.loads(render.render(loaded, "json", frame.DEFAULT_TARGET) or "")
+    data = json.loads(formats.render(loaded, "json", frame.DEFAULT_TARGET) or "")
     rows = {(r["engine"], r["workers"]): r for r in data[0]["sections"]["throughput"]}
     ddp2 = rows["ddp", 2]
     assert ddp2["samples/s"] == 150 and ddp2["samples/s n"] == 3
@@ -293,7 +294,7 @@ def test_json_and_csv_keep_numbers_as_numbers() -> None:
     assert "95% CI" not in ddp2 and rows["ddp", 1]["comm %"] is None
     text = json.dumps(data)
     assert '"-"' not in text and "n=3" not in text
-    csv = render.render(loaded, "csv", frame.DEFAULT_TARGET) or ""
+    csv = formats.render(loaded, "csv", frame.DEFAULT_TARGET) or ""
     table = pd.read_csv(io.StringIO(csv))
     assert list(table.columns[-5:]) == ["value", "low", "high", "n", "text"]
     sections = {
@@ -311,7 +312,7 @@ def test_json_and_csv_keep_numbers_as_numbers() -> None:
     assert (one["value"], one["n"]) == (150, 3) and one["low"] < 150 < one["high"]
     assert table["value"].dtype == float and not (table["text"] == "-").any()
     # text keeps its formatting
-    assert "[127, 177] n=3" in (render.render(loaded, "text", frame.DEFAULT_TARGET) or "")
+    assert "[127, 177] n=3" in (formats.render(loaded, "text", frame.DEFAULT_TARGET) or "")
 
 
 def _leaves(value: Any) -> list[Any]:
@@ -333,7 +334,7 @@ def test_every_interval_of_the_reference_is_numbers_in_json_and_csv() -> None:
     # a cell that is an interval's display text (prose that quotes one, as a verdict's
     # advice does, is a sentence, not a value)
     as_text = re.compile(r"^\[.*\] n=\d+$|^too few runs")
-    data = json.loads(render.render(loaded, "json", frame.DEFAULT_TARGET) or "")
+    data = json.loads(formats.render(loaded, "json", frame.DEFAULT_TARGET) or "")
     assert not [v for v in _leaves(data) if isinstance(v, str) and as_text.search(v)]
     starts = [r for comp in data for r in comp.get("sections", {}).get("start-up", [])]
     assert len(starts) > 30  # the reference sweeps, bench tune, the scaling-model check
@@ -341,7 +342,7 @@ def test_every_interval_of_the_reference_is_numbers_in_json_and_csv() -> None:
         assert "95% CI" not in row and isinstance(row["total s n"], int)
         if row["total s n"] >= 2:
             assert row["total s low"] <= row["total s"] <= row["total s high"]
-    csv = render.render(loaded, "csv", frame.DEFAULT_TARGET) or ""
+    csv = formats.render(loaded, "csv", frame.DEFAULT_TARGET) or ""
     table = pd.read_csv(io.StringIO(csv))
     assert not table["text"].dropna().str.contains(as_text).any()
     totals = table[(table["section"] == "start-up") & (table["metric"] == "total s")]
