@@ -160,8 +160,8 @@ def test_a_pair_already_narrow_enough_still_needs_its_next_look() -> None:
 
 def test_the_report_says_what_any_allocation_would_need() -> None:
     """Three engines at one worker count, three launches each: ddp and horovod 3% apart
-    at a 2% spread, paddle far from both (decided at the first look). The table counts
-    from the decided, the line names the least minutes, both the pair's own bound."""
+    at a 2% spread, paddle far from both (decided at the first look). The line counts
+    from the decided and names the least minutes: the pair's own bound."""
     ok = _engines_launches(
         {
             "ddp": ([100, 102, 98], 5.0),
@@ -169,34 +169,35 @@ def test_the_report_says_what_any_allocation_would_need() -> None:
             "paddle": ([60, 61, 59], 4.0),
         }
     )
-    r = decided.reach([ok], 0.05)
+    r = decided.reach([decided.Readings(ok, 0.05)])
     assert (r.decided, r.total) == (2, 3)
     sides = pairs.Sides(ok)
     (pair,) = [p for p in pairs.pairs(ok) if p.name == "ddp / horovod x1"]
     alone = bound.seconds_more(sides(pair.a_rows), sides(pair.b_rows), 0.05)
     assert r.more_s == [alone] and 0 < alone < math.inf
-    (row,) = decided.reach_rows(r).to_dict("records")
-    assert row == {"head-to-heads decided": "3 of 3", "more minutes": round(alone / 60, 1)}
     line = decided.reach_line(r)
     assert f"{alone / 60:.1f} more minutes to decide 3 of 3 head-to-heads" in line
     noisy = _engines_launches(
         {"ddp": ([100, 130, 80] * 4, 5.0), "paddle": ([95, 125, 85] * 4, 5.0)}
     )
-    assert decided.reach_line(decided.reach([noisy], 0.05)).endswith(
+    assert decided.reach_line(decided.reach([decided.Readings(noisy, 0.05)])).endswith(
         "no allocation decides another head-to-head within the looks"
     )
     done = _engines_launches({"ddp": ([100, 101, 99], 5.0), "paddle": ([50, 51, 49], 5.0)})
-    assert decided.reach_line(decided.reach([done], 0.05)) == ""
-    assert decided.reach_rows(decided.reach([done], 0.05)).empty
+    assert decided.reach_line(decided.reach([decided.Readings(done, 0.05)])) == ""
 
 
 def test_the_reference_sweep_shows_what_would_settle_its_open_pairs() -> None:
-    """lenet in the committed reference leaves 3 of its 6 head-to-heads open at 5
-    launches a cell: the bound for each count is at most what the decided table's
-    pair-by-pair column projects for as many of the cheapest pairs."""
+    """lenet in the committed reference (fixed repeats, read with one look) leaves 1 of
+    its 6 head-to-heads open at 5 launches a cell; read at the loop's looks, 3: the bound
+    for each count is at most what the decided table's pair-by-pair column projects for
+    as many of the cheapest pairs."""
     df = synced_launches(ROOT / "results/reference/cpu-2core-digits")
     lenet = df[df["model"] == "lenet"]
-    r = decided.reach([lenet], 0.05)
+    r = decided.reach([decided.Readings(lenet, 0.05)])
+    assert (r.decided, r.total) == (5, 6) and len(r.more_s) == 1
+    lenet = lenet.assign(decide_at=0.05)  # as if the loop had launched them
+    r = decided.reach([decided.Readings(lenet, 0.05)])
     assert (r.decided, r.total) == (3, 6)
     assert r.more_s == sorted(r.more_s) and len(r.more_s) == 3
     sides = pairs.Sides(lenet)
@@ -207,5 +208,5 @@ def test_the_reference_sweep_shows_what_would_settle_its_open_pairs() -> None:
             need = sq.more_launches(a, b, 0.05)
             assert need is not None
             projected.append(sq.seconds(need, a, b))
-    assert 0 < r.more_s[0]
+    assert r.more_s[0] > 0
     assert all(b <= p for b, p in zip(r.more_s, sorted(projected), strict=True))

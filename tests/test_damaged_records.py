@@ -18,7 +18,7 @@ import pytest
 from bench import cli, records
 from bench.records import schema
 from bench.records.types import Status
-from bench.render import export, formats, html
+from bench.render import export, formats, html, summary
 from bench.tables import compare, frame
 
 DATA = Path(__file__).parent / "data"
@@ -132,11 +132,14 @@ def test_no_wrong_type_of_any_field_crashes_a_report(tmp_path: Path) -> None:
     # whatever was accepted, every report renders it
     comps = compare.compare(loaded.records)
     assert comps
+    every = set(summary.SECTIONS.values())
     for comp in comps:
         formats.render_text(comp)
+        formats.render_text(comp, None, every)
     export.to_pytest_benchmark(loaded.records)
     for fmt in ("markdown", "csv", "json"):
         assert formats.render(loaded, fmt, frame.DEFAULT_TARGET)
+        assert formats.render(loaded, fmt, frame.DEFAULT_TARGET, show=every)
     # The HTML report draws 4 figures per comparison (0.2 s each). What an accepted
     # spec, version or thread value changes is the group, not what is drawn: those
     # mutants make some 40 more comparisons of valid records, so they are left out here.

@@ -282,7 +282,7 @@ def test_adasum_trains_over_mpi_next_to_averaging(mpi_results: Path) -> None:
     assert np.isfinite(a).all() and a[0] == pytest.approx(m[0])  # same start
     assert not np.allclose(a[1:], m[1:], rtol=1e-6)  # a different reduction really ran
     assert a[-1] < a[0]  # and it trains
-    out = run_bench("compare", str(mpi_results), timeout=300).stdout
+    out = run_bench("compare", str(mpi_results), "--show", "accuracy", timeout=300).stdout
     assert "horovod[mpi][adasum=true]" in out and "train loss start/mid/end" in out, out
 
 

@@ -404,7 +404,8 @@ def test_compare_base_new_writes_its_out_file_or_refuses(tmp_path: Path) -> None
     )
     assert md.returncode == 0, md.stderr
     written = (tmp_path / "m" / "diff.md").read_text()
-    assert written.startswith("| comparison") and written.strip() == md.stdout.strip()
+    assert written.startswith("**NOT SIGNIFICANTLY CHANGED") and "\n| comparison" in written
+    assert written.strip() == md.stdout.strip()
 
 
 def test_a_fifo_named_jsonl_does_not_hang_compare(tmp_path: Path) -> None:

@@ -317,7 +317,7 @@ def test_without_out_the_page_goes_to_report_and_says_where(
 def test_tables_align_as_the_text_does() -> None:
     """Numbers right, names and prose left (all right-aligned, evidence read ragged)."""
     page = html.render(_rich())
-    verdict = page.split("<h3>verdict</h3>")[1].split("</table>")[0]
+    verdict = page.split("<summary>verdict</summary>")[1].split("</table>")[0]
     assert "<th>engine</th>" in verdict and '<th class="num">workers</th>' in verdict
     assert '<th class="num">lost ms</th>' in verdict and "<th>evidence</th>" in verdict
     assert re.search(r"<td>compute 0%", verdict) and '<td class="num">106.67</td>' in verdict
@@ -333,3 +333,17 @@ def test_the_knobs_that_differ_are_a_table() -> None:
     )
     page = "".join(html._knobs(comp))
     assert "<table" in page and "<td>25 MB</td>" in page and "<th>setting</th>" in page
+
+
+def test_the_summary_comes_first_and_every_other_section_is_collapsed() -> None:
+    """The text report's first screen opens the page: its table and answers, then the
+    figures; each full section, the notes, knobs and spec are <details> a reader opens.
+    No spec is dumped as raw JSON."""
+    page = html.render(records.load([GOLDEN]).records)
+    body = page.split("<h2>mlp on digits", 1)[1]
+    first_details = body.index("<details>")
+    assert body.index("<h3>answers</h3>") < first_details
+    assert "ddp is 1.25x [1.09, 1.43] as fast as horovod" in body[:first_details]
+    for name in ("throughput", "head to head", "decided", "noise", "notes", "spec"):
+        assert f"<details><summary>{name}</summary>" in body, name
+    assert "<h3>throughput</h3>" not in body and '{"allow_tf32"' not in body

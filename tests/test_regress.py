@@ -108,7 +108,8 @@ def test_cli_exit_codes_and_markdown(tmp_path: Path) -> None:
     )
     assert bad.returncode == 1
     assert "REGRESSION:" in bad.stderr and "throughput -20.0%" in bad.stderr
-    assert bad.stdout.startswith("| comparison") and "(-20.0%) *" in bad.stdout
+    assert bad.stdout.startswith("**CHANGED SIGNIFICANTLY: worse: ddp x2 samples/s -20.0%")
+    assert "\n| comparison" in bad.stdout and "(-20.0%) *" in bad.stdout
     js = run_bench("compare", "--base", str(base), "--new", str(drop), "--format", "json")
     assert js.returncode == 0  # no --fail: report only
     assert json.loads(js.stdout)[0]["throughput change"] == pytest.approx(-0.2)
@@ -144,7 +145,7 @@ def test_cli_refuses_regression_options_without_base_and_new(args: list[str], me
 def test_two_paths_show_tables_and_point_to_base_new() -> None:
     proc = run_bench("compare", str(GOLDEN), str(GOLDEN))
     assert proc.returncode == 0, proc.stderr
-    assert "throughput:" in proc.stdout  # the tables, not a BASE/NEW diff
+    assert "answers (" in proc.stdout  # the comparison's summary, not a BASE/NEW diff
     assert f"--base {GOLDEN} --new {GOLDEN}" in proc.stderr
 
 
@@ -200,3 +201,20 @@ def test_real_rerun_of_the_same_code_passes(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "ddp" in proc.stdout and "runs base/new" in proc.stdout
+
+
+def test_the_first_line_says_whether_anything_changed_significantly(tmp_path: Path) -> None:
+    """asv's closing line, said first: unchanged sets read 'not significantly changed';
+    halving ddp's throughput at 1 worker reads as one significant, worse change."""
+    base = _write(tmp_path / "base", _golden())
+    same = run_bench("compare", "--base", str(base), "--new", str(base))
+    assert same.stdout.splitlines()[0].startswith("NOT SIGNIFICANTLY CHANGED: "), same.stdout
+    slower = copy.deepcopy(_golden())
+    for r in slower:
+        tput = r.get("throughput")
+        if r["engine"] == "ddp" and r["world_size"] == 1 and tput is not None:
+            r["throughput"] = tput / 2
+    new = _write(tmp_path / "new", slower)
+    proc = run_bench("compare", "--base", str(base), "--new", str(new))
+    first = proc.stdout.splitlines()[0]
+    assert first == "CHANGED SIGNIFICANTLY: worse: ddp x1 samples/s -50.0%", proc.stdout

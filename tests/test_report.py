@@ -72,7 +72,10 @@ def test_head_to_head_significance() -> None:
     h = _comparison().sections["head to head"].set_index(["workers", "engine"])
     assert h.loc[(2, "ddp"), "verdict"] == "fastest"
     assert h.loc[(2, "horovod"), "vs fastest"] == pytest.approx(0.8)
-    assert h.loc[(2, "horovod"), "verdict"] == "slower (significant)"
+    assert h.loc[(2, "horovod"), "verdict"] == "slower"
+    # the pair's one reading: the decided table says the same of the same pair
+    d = _comparison().sections["decided"].set_index(["workers", "a", "b"])
+    assert d.loc[(2, "ddp", "horovod"), "decided"] == "a faster"
 
 
 def test_notes_name_failures() -> None:
@@ -121,7 +124,8 @@ def test_cli_json_and_sources() -> None:
         text=True,
         timeout=120,
     )
-    assert "golden.jsonl:1" in proc.stdout
+    assert f"file 1: {GOLDEN}" in proc.stdout or "file 1: tests/data/golden.jsonl" in proc.stdout
+    assert "record behind each run (file, line):" in proc.stdout
 
 
 def test_cli_with_nothing_readable(tmp_path: Path) -> None:
@@ -198,7 +202,9 @@ def test_different_machines_and_versions_are_never_pooled() -> None:
         assert t.loc[("ddp", 1), "runs"] == 3  # not 6 or 9
         # the compute-only twin of the same machine gives comm %
         assert t.loc[("ddp", 2), "comm %"].startswith("25% [")
-        assert f"machine: {c.machine} | {c.libraries}" in formats.render_text(c)
+        assert f"| {c.machine} | {c.libraries} |" in formats.render_text(c)  # the summary
+        full = formats.render_text(c, show={"throughput"})
+        assert f"machine {c.machine} | {c.libraries}" in full
 
 
 def test_reference_records_are_read_only_when_named(tmp_path: Path) -> None:
@@ -233,7 +239,7 @@ def test_oversubscribed_runs_are_flagged_in_every_table() -> None:
         }
     comp = compare.compare(golden)[0]
     cells = {n: df for n, df in comp.sections.items() if "engine" in df}  # not: a row a pair
-    assert set(comp.sections) - set(cells) == {"decided", "within reach"}
+    assert set(comp.sections) - set(cells) == {"decided"}
     for name, df in cells.items():
         marks = df.set_index(["engine", "workers"])["oversubscribed"]
         assert marks.loc[("ddp", 2)] == "YES", name
@@ -303,7 +309,6 @@ def test_json_and_csv_keep_numbers_as_numbers() -> None:
         "accuracy",
         "head to head",
         "decided",
-        "within reach",
         "noise",
     }
     assert set(table["section"]) == sections
@@ -312,7 +317,18 @@ def test_json_and_csv_keep_numbers_as_numbers() -> None:
     assert (one["value"], one["n"]) == (150, 3) and one["low"] < 150 < one["high"]
     assert table["value"].dtype == float and not (table["text"] == "-").any()
     # text keeps its formatting
-    assert "[127, 177] n=3" in (formats.render(loaded, "text", frame.DEFAULT_TARGET) or "")
+    full = formats.render(loaded, "text", frame.DEFAULT_TARGET, show={"throughput"}) or ""
+    assert "[127, 177] n=3" in full
+    # json keeps every answer with its numbers
+    answer = json.loads(formats.render(loaded, "json", frame.DEFAULT_TARGET) or "")[0]["answers"]
+    x2 = next(a for a in answer if a["workers"] == 2)
+    assert (x2["a"], x2["b"], x2["outcome"], x2["read"]) == (
+        "ddp",
+        "horovod",
+        "different",
+        "one look at 95%",
+    )
+    assert x2["low"] < x2["ratio"] < x2["high"] and x2["sentence"].startswith("ddp is 1.25x")
 
 
 def _leaves(value: Any) -> list[Any]:

@@ -250,8 +250,6 @@ def test_noise_levels_split_the_spread_between_windows_and_launches() -> None:
     assert lv.between is not None
     # Kalibera-Jones: sqrt(c_launch s2_w / (c_window s2_b))
     assert lv.best_windows() == pytest.approx(math.sqrt(20.0 * 0.01 / (0.1 * lv.between)))
-    need = lv.launches_for(0.05)
-    assert need == math.ceil((noise.Z95 / math.log(1.05)) ** 2 * (lv.between + 0.01 / 50))
     # launches that vary no more than their windows explain: one long launch is best
     flat = noise.levels(_frame_rows({("ddp", 1): [(100.0, 0.5, 25.0), (100.0, 0.5, 25.0)]}))
     assert flat.between == 0 and math.isinf(flat.best_windows() or 0)
@@ -272,7 +270,7 @@ def test_pairs_are_every_two_engines_and_every_efficiency() -> None:
         "horovod x2 efficiency",
         "paddle x2 efficiency",
     ]
-    table = decided.rows(df, 0.05)
+    table = decided.rows(decided.Readings(df, 0.05))
     # identical launches: every head-to-head equivalent, every efficiency 0.5 (below 1)
     assert set(table["decided"]) == {"equivalent within 5%", "below 1"}
     assert list(table.columns[:3]) == ["workers", "a", "b"]
@@ -282,7 +280,8 @@ def test_compare_prints_each_cells_error_rates_on_request(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     golden = str(ROOT / "tests" / "data" / "golden.jsonl")
-    assert cli.main(["compare", golden, "--error-rates", "--decide-at", "10%", "--wide"]) == 0
+    argv = ["compare", golden, "--show", "error-rates,decided", "--decide-at", "10%", "--wide"]
+    assert cli.main(argv) == 0
     out = capsys.readouterr().out
     table = out[out.index("error rates:") :].splitlines()
     # launches are the same on every row: said once under the table
@@ -352,13 +351,13 @@ def test_a_real_run_adds_launches_until_decided_and_compare_agrees(tmp_path: Pat
         ), first
     repeats = sorted(r["labels"]["repeat"] for r in recs if r["engine"] == "paddle")
     assert len(set(repeats)) == len(repeats)  # every added launch is a new repeat
-    table = decided.rows(frame(recs).pipe(lambda d: d[d["status"] == "ok"]), 0.10)
+    table = decided.rows(decided.Readings(frame(recs).pipe(lambda d: d[d["status"] == "ok"]), 0.10))
     final = [ln for ln in status if "pairs decided" in ln][-1]
     settled = (table["decided"] != "undecided").sum()
     assert f"{settled} of 1 pairs decided" in final, (final, table.to_string())
     # an open pair: the last line says what any allocation would need
     reach = "bench run --decide-at: at the measured ratios and spreads, "
-    assert status[-1].startswith(reach) == (decided == 0), status
+    assert status[-1].startswith(reach) == (settled == 0), status
 
 
 def _launches(ddp: list[float], paddle: list[float], costs: tuple[float, float] = (5.0, 5.0)
@@ -368,8 +367,11 @@ def _launches(ddp: list[float], paddle: list[float], costs: tuple[float, float] 
     return _engines_launches({"ddp": (ddp, costs[0]), "paddle": (paddle, costs[1])})
 
 
-def _engines_launches(by_engine: dict[str, tuple[Sequence[float], float]]) -> pd.DataFrame:
-    """mlp x1 launches of each engine: its throughputs and the seconds a launch costs."""
+def _engines_launches(
+    by_engine: dict[str, tuple[Sequence[float], float]], decide_at: float | None = 0.05
+) -> pd.DataFrame:
+    """mlp x1 launches of each engine: its throughputs and the seconds a launch costs,
+    launched by `bench run --decide-at` (read at its looks) unless `decide_at` is None."""
     rows = [
         {
             "engine": e,
@@ -381,6 +383,7 @@ def _engines_launches(by_engine: dict[str, tuple[Sequence[float], float]]) -> pd
             "throughput": t,
             "launch_s": cost,
             "repeat": i,
+            "decide_at": decide_at,
         }
         for e, (tput, cost) in by_engine.items()
         for i, t in enumerate(tput)
@@ -394,10 +397,10 @@ def test_an_undecided_pair_says_the_launches_and_minutes_it_would_need() -> None
     sides = pairs.Sides(ok)
     need = sq.more_launches(sides(pair.a_rows), sides(pair.b_rows), 0.05)
     assert need is not None and need[0] > need[1]  # the cheaper side gets more
-    (row,) = decided.rows(ok, 0.05).to_dict("records")
+    (row,) = decided.rows(decided.Readings(ok, 0.05)).to_dict("records")
     minutes = (need[0] * 6.0 + need[1] * 30.0) / 60
     assert row["more launches"] == f"{need[0]} + {need[1]} ({minutes:.1f} min)"
-    far = decided.rows(_launches([100, 130, 80], [95, 125, 85]), 0.05)
+    far = decided.rows(decided.Readings(_launches([100, 130, 80], [95, 125, 85]), 0.05))
     assert list(far["more launches"]) == ["beyond the last look"]
 
 
@@ -571,7 +574,7 @@ def test_a_real_aa_experiment_is_decided_by_the_same_loop(tmp_path: Path) -> Non
     assert proc.returncode == 0, proc.stderr[-3000:]
     recs = [r for r in records.load([tmp_path]).records if r["status"] == "ok"]
     assert {r["labels"]["aa"] for r in recs} == {"A", "B"} and len(recs) >= 6
-    table = decided.rows(frame(recs), 0.10)
+    table = decided.rows(decided.Readings(frame(recs), 0.10))
     assert list(table["a"]) == ["ddp~A"] and list(table["b"]) == ["ddp~B"]
     status = [ln for ln in proc.stdout.splitlines() if ln.startswith("bench run --decide-at:")]
     final = [ln for ln in status if "pairs decided" in ln]

@@ -48,9 +48,11 @@ def test_every_line_fits_the_terminal(
 ) -> None:
     monkeypatch.setenv("COLUMNS", str(columns))
     path = {"reference": REFERENCE, "collectives": PREDICT}.get(which, profiled)
-    out = _compare(path, columns, capsys=capsys)
-    wide = [line for line in out.splitlines() if len(line) > columns]
+    first = _compare(path, columns, capsys=capsys)  # the summary
+    out = _compare(path, columns, "--all", capsys=capsys)
+    wide = [line for line in (first + out).splitlines() if len(line) > columns]
     assert not wide, "\n".join(wide)
+    assert "answers (" in first and "per worker/s" not in first
     assert "cost and energy" in out and "per worker/s" in out
     if which == "profiled":  # prose under the table as numbered notes, never a column
         assert "verdict:" in out and ", evidence: " in out and ", try: " in out

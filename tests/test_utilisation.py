@@ -131,12 +131,14 @@ def test_a_run_names_its_peak_and_compare_refuses_utilisation_above_it(
     entry = rec["peak"]
     assert entry["gflops"] > 0 and entry["source"] == str(results / peak.FILE)
     assert entry["key"] in json.loads((results / peak.FILE).read_text())
-    text = formats.render(records.load([results]), "text", 0.95) or ""
+    text = formats.render(records.load([results]), "text", 0.95, show={"per rank", "notes"})
+    assert text is not None
     flops, throughput = rec.get("flops_per_sample"), rec.get("throughput")
     assert flops is not None and throughput is not None
     share = 100 * throughput * flops["train"] / 1e9 / entry["gflops"]
     assert f"{share:.1f}%" in text and "'of peak'" in text
     # a peak below what the run achieved is a broken figure: refused, with the reason
     rec["peak"] = {**entry, "gflops": share / 200 * entry["gflops"] / 100}
-    text = formats.render(records.Loaded([cast(LoadedRecord, rec)], [], []), "text", 0.95) or ""
+    one = records.Loaded([cast(LoadedRecord, rec)], [], [])
+    text = formats.render(one, "text", 0.95, show={"per rank", "notes"}) or ""
     assert "refused: above the measured peak" in text and "utilisation refused for ddp np=1" in text

@@ -15,7 +15,7 @@ from bench.core.errors import InputError, Interrupted
 from bench.records import Loaded
 
 EXIT_BAD_INPUT = 2
-# bench.analysis.frame's DEFAULT_TARGET, repeated so that parsing needs no pandas
+# bench.tables.frame's DEFAULT_TARGET, repeated so that parsing needs no pandas
 # (tests/test_imports.py checks that the two agree)
 DEFAULT_TARGET = 0.95
 

@@ -20,7 +20,7 @@ from bench.cli.common import (
 )
 from bench.core.errors import CheckError, InputError
 from bench.decide.pairs import DEFAULT_PRECISION
-from bench.render import formats, textfit
+from bench.render import formats, summary, textfit
 from bench.tables import cost, frame, regress
 
 DESCRIPTION = (
@@ -80,7 +80,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _report_flags(p: argparse.ArgumentParser) -> None:
-    """How the tables read: prices, the precision of decisions, the width."""
+    """How the tables read: what is shown, prices, the precision of decisions, the width."""
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--show",
+        metavar="LIST",
+        help=f"after the summary, these sections (comma separated): {', '.join(summary.SECTIONS)}",
+    )
+    shown.add_argument(
+        "--all", action="store_true", help="after the summary, every section, note and knob"
+    )
     p.add_argument(
         "--price-per-hour",
         type=float,
@@ -144,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
             None if args.price_per_hour is None else cost.Price(args.price_per_hour, args.price_per)
         )
         precision = parse_precision(args.decide_at)
+        show = sections_to_show(args.show, args.all)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -156,8 +166,26 @@ def run(args: argparse.Namespace) -> int:
         price,
         args.wide,
         precision,
-        args.error_rates,
+        args.error_rates or (show is not None and "error rates" in show),
+        show,
     )
+
+
+def sections_to_show(names: str | None, everything: bool) -> set[str] | None:
+    """The sections --show names (or every one for --all), as the comparison names them;
+    None: the summary alone. InputError for a name that is none."""
+    if everything:
+        return set(summary.SECTIONS.values())
+    if not names:
+        return None
+    given = [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in given if n not in summary.SECTIONS]
+    if unknown:
+        raise InputError(
+            f"--show: no section {', '.join(map(repr, unknown))}; sections are "
+            f"{', '.join(summary.SECTIONS)}"
+        )
+    return {summary.SECTIONS[n] for n in given}
 
 
 def print_tables(
@@ -170,9 +198,11 @@ def print_tables(
     wide: bool = False,
     precision: float = DEFAULT_PRECISION,
     error_rates: bool = False,
+    show: set[str] | None = None,
 ) -> int:
-    """Print the comparison of the records under `paths` (and write it under `out_dir`);
-    text fits the terminal unless `wide`."""
+    """Print the comparison of the records under `paths` (and write it under `out_dir`):
+    each comparison's summary, then the sections `show` names; text fits the terminal
+    unless `wide`."""
     wrong = not_records(paths)
     if wrong:
         print(f"error: {wrong}", file=sys.stderr)
@@ -182,7 +212,13 @@ def print_tables(
     report_skipped(loaded)
     width = textfit.width(wide)
     text = formats.render(
-        loaded, fmt, target, width=width, precision=precision, error_rates=error_rates
+        loaded,
+        fmt,
+        target,
+        width=width,
+        precision=precision,
+        error_rates=error_rates,
+        show=show,
     )
     if text is None:
         print(
@@ -210,7 +246,7 @@ def print_tables(
 
 
 def _costs(table: pd.DataFrame, price: cost.Price | None, width: int | None) -> str | None:
-    """The cost and energy table (bench.analysis.cost) fitted to `width`: its caption
+    """The cost and energy table (bench.tables.cost) fitted to `width`: its caption
     once, then one table per comparison under that comparison's title."""
     if table.empty:
         return None

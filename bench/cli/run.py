@@ -311,12 +311,23 @@ def _execute(
 ) -> list[CellResult]:
     """The sweep's cells; with --decide-at, then launches until decided (or the budget)."""
 
-    def run_cells(cells: list[Cell] | None) -> list[CellResult]:
-        return run_sweep(config, base, results, force=args.force, before_cells=before, cells=cells)
+    precision = parse_precision(args.decide_at) if args.decide_at is not None else None
+    # the loop's runs say so: compare reads their pairs at its looks, not with one look
+    labels = {"decide_at": precision} if precision is not None else None
 
-    if args.decide_at is None:
+    def run_cells(cells: list[Cell] | None) -> list[CellResult]:
+        return run_sweep(
+            config,
+            base,
+            results,
+            force=args.force,
+            before_cells=before,
+            cells=cells,
+            extra_labels=labels,
+        )
+
+    if precision is None:
         return run_cells(None)
-    precision = parse_precision(args.decide_at)
     budget = parse_budget(args.budget) if args.budget else None
     return until_decided.run(config, base, results, precision, budget, run_cells)
 

@@ -105,3 +105,16 @@ def spec_from_args(args: argparse.Namespace, base: RunSpec | None = None) -> Run
     ):
         data["dataset"] = ""
     return RunSpec.from_dict(data)
+
+
+def differing(spec: dict[str, Any]) -> list[str]:
+    """The flags that set every field of `spec` (a record's, as JSON) that differs from
+    this machine's default spec, in field order; a field it cannot read is left out."""
+    defaults = RunSpec().to_dict()
+    argv = []
+    for name, value in spec.items():
+        if name not in defaults or value == defaults[name] or value is None:
+            continue
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        argv += ["--" + name.replace("_", "-"), text]
+    return argv

@@ -1,12 +1,16 @@
 """The head-to-heads of one comparison, and each one's decision from its launches.
 
 The pairs: every two engines at the same worker count (their throughput ratio), and
-every engine at n workers against its own 1-worker cell (its efficiency). Each is
-decided by the rule of bench/decide/rule.py, its looks replayed in the order the
-launches were recorded, so `bench compare` says what `bench run --decide-at` saw when
-it stopped. The launches come in as a frame of usable launches (one row each, in record
-order: bench/tables/frame.py `usable`), with engine, workers, single_node_engine,
-throughput and launch_s columns.
+every engine at n workers against its own 1-worker cell (its efficiency). Each pair
+gets one reading, which every table, sentence and format shows. Launches that
+`bench run --decide-at` added (their records carry its precision) are read by the rule
+of bench/decide/rule.py, its looks replayed in the order the launches were recorded, so
+`bench compare` says what the loop saw when it stopped: that reading stays valid
+however the loop stopped. Fixed repeats, whose number nothing chose from the data, are
+read all at once with one look at 95% (Welch's interval on log throughput around the
+ratio of medians, as bench/measure/stats.py `ratio`). The launches come in as a frame
+of usable launches (one row each, in record order: bench/tables/frame.py `usable`),
+with engine, workers, single_node_engine, throughput, launch_s and decide_at columns.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import pandas as pd
 
 from bench.decide import rule
 from bench.decide.rule import Side
+from bench.measure import stats
 
 DEFAULT_PRECISION = 0.05
 DEFAULT_LAUNCH_S = 10.0  # a launch's cost where no record says (older records)
@@ -72,7 +77,14 @@ class Sides:
     def __init__(self, usable: pd.DataFrame) -> None:
         self._tput = dict(zip(usable.index, usable["throughput"].astype(float), strict=True))
         self._launch = dict(zip(usable.index, usable["launch_s"], strict=True))
+        looped = usable["decide_at"].notna() if "decide_at" in usable else None
+        self._looped = set() if looped is None else set(usable.index[looped])
         self._made: dict[tuple[int, ...], Side] = {}
+
+    def at_looks(self, pair: Pair) -> bool:
+        """Whether the loop launched any of the pair's launches: then they are read at its
+        looks (valid whatever made it stop), else with one look."""
+        return not self._looped.isdisjoint((*pair.a_rows, *pair.b_rows))
 
     def __call__(self, rows: tuple[int, ...]) -> Side:
         if rows not in self._made:
@@ -86,8 +98,19 @@ class Sides:
 
 
 def decide(pair: Pair, precision: float, sides: Sides) -> rule.Decision:
-    """The pair's sequential decision, its looks replayed in launch order."""
-    # record order is launch order: the frame keeps the order records were appended
-    on_a = set(pair.a_rows)
-    order = ["a" if i in on_a else "b" for i in sorted({*pair.a_rows, *pair.b_rows})]
-    return rule.decide(sides(pair.a_rows), sides(pair.b_rows), order, precision, pair.scale)
+    """The pair's one reading: at the loop's looks, replayed in launch order, where the
+    loop launched any of it; otherwise one 95% look over all its launches."""
+    a, b = sides(pair.a_rows), sides(pair.b_rows)
+    if sides.at_looks(pair):
+        # record order is launch order: the frame keeps the order records were appended
+        on_a = set(pair.a_rows)
+        order = ["a" if i in on_a else "b" for i in sorted({*pair.a_rows, *pair.b_rows})]
+        return rule.decide(a, b, order, precision, pair.scale)
+    est = stats.ratio(np.exp(a.logs), np.exp(b.logs), pair.scale)
+    outcome = rule.UNDECIDED
+    if est.low is not None and est.high is not None:
+        outcome = rule.outcome(est.low, est.high, precision)
+    return rule.Decision(
+        outcome, est.value, est.low, est.high, int(est.low is not None), a.n + b.n,
+        stats.CONFIDENCE, rule.ONE_LOOK,
+    )  # fmt: skip

@@ -45,6 +45,10 @@ MIN_SIDE = stats.MIN_RUNS  # Welch's interval needs this many launches on each s
 # (docs/findings.md, "Giving a pair up").
 GIVE_UP_Z = 1.0
 DIFFERENT, EQUIVALENT, UNDECIDED = "different", "equivalent", "undecided"
+# How a pair's launches are read: at the loop's looks (some were launched by
+# `bench run --decide-at`, which stopped on their data), or all at once with one 95%
+# look (fixed repeats, whose number nothing chose from the data).
+AT_LOOKS, ONE_LOOK = "at the looks of --decide-at", "one look at 95%"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +73,7 @@ class Decision:
     look: int  # looks taken (0: none yet)
     launches: int  # the pair's launches when decided, or all of them so far
     confidence: float
+    reading: str = AT_LOOKS  # AT_LOOKS or ONE_LOOK
 
 
 def confidence() -> float:

@@ -121,6 +121,9 @@ LABEL_TYPES: Final[dict[str, Any]] = {
     "repeat": Count,
     "launched_at": float,
     "link_rate_bps": Positive,
+    # the precision of `bench run --decide-at` for runs its loop launched: compare then
+    # reads their pairs at the loop's looks, not with one look
+    "decide_at": float,
 }
 Labels = Annotated[dict[str, Any], Values(str | float | bool), Keys(LABEL_TYPES)]
 # Every record has these, whatever its status and kind.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 import numpy as np
@@ -14,7 +14,7 @@ import pandas as pd
 from bench import predict
 from bench.decide.pairs import DEFAULT_PRECISION
 from bench.records import Loaded
-from bench.render import html, textfit
+from bench.render import html, summary, textfit
 from bench.tables import busbw, decided, noise, regress, startup, tuning
 from bench.tables import knobs as knob_table
 from bench.tables.compare import Comparison, compare, displayed
@@ -32,7 +32,6 @@ _KEYS_OF = {
     "start-up": "every phase in seconds, median over runs; from: where the clock starts "
     "(launch: when bench run launched the cell; process start: a runner started by hand)",
     "decided": decided.KEY,
-    "within reach": decided.REACH_KEY,
     "noise": noise.KEY,
     "error rates": decided.ERROR_KEY,
     "where the step goes (ms)": "ms per step; '-': not measured for that cell (the note under "
@@ -40,25 +39,37 @@ _KEYS_OF = {
 }
 
 
-def render_text(comp: Comparison, width: int | None = None) -> str:
-    """One comparison as plain text, every line at most `width` columns (None: no limit):
-    title, machine, every table (prose as numbered notes under it), then the notes."""
-    lines = textfit.wrap(comp.title, width)
+def render_text(
+    comp: Comparison, width: int | None = None, show: Collection[str] | None = None
+) -> str:
+    """One comparison as plain text, every line at most `width` columns (None: no limit).
+
+    `show` None: its summary (bench/render/summary.py) alone. Otherwise the summary, then
+    the sections `show` names (summary.SECTIONS' values; every one for --all), each table
+    with its prose as numbered notes under it, then the notes and knobs if named."""
+    lines = summary.render(comp, width)
+    if not show:
+        return "\n".join(lines)
+    lines += [""]
     lines += textfit.wrap(
-        f"machine: {comp.machine} | {comp.libraries} (comparison {comp.group})", width
+        f"in full: machine {comp.machine} | {comp.libraries} (comparison {comp.group})", width
     )
     for name, section in comp.sections.items():
-        if section.empty:
+        if section.empty or name not in show:
             continue
         # a row is an (engine, workers) cell, or in the decided table a pair
         keys = ("workers", "a", "b") if "a" in section else textfit.KEYS
         lines += ["", f"  {name}:", *textfit.table(displayed(name, section), width, keys=keys)]
         if name in _KEYS_OF:
             lines += textfit.wrap(f"key: {_KEYS_OF[name]}", width, "  ")
+    if "notes" not in show and "knobs" not in show:
+        return "\n".join(lines)
     lines.append("")
-    for note in comp.notes:
+    for note in comp.notes if "notes" in show else []:
         if note not in comp.knob_table:
             lines += textfit.wrap(note, width, "  ")
+    if "knobs" not in show:
+        return "\n".join(lines)
     knobs, same = knob_table.differing(comp.knobs)
     if knobs.empty:  # 'all N settings identical', or nothing recorded
         for line in comp.knob_table:
@@ -174,11 +185,13 @@ def render(
     width: int | None = None,
     precision: float = DEFAULT_PRECISION,
     error_rates: bool = False,
+    show: Collection[str] | None = None,
 ) -> str | None:
     """The comparison of `loaded` in one format; None when nothing is comparable.
 
     For html, the figures' PNG bytes are appended to `figures` when it is given. Text
-    fits `width` columns (None: no limit, one table each).
+    fits `width` columns (None: no limit, one table each); text and markdown give each
+    comparison's summary, then the sections `show` names (json and csv: every figure).
     """
     comps = compare(loaded.records, target, precision, error_rates)
     coll = busbw.tables(loaded.records)
@@ -196,8 +209,8 @@ def render(
     if fmt == "csv":  # one long table, numbers as numbers (pandas.read_csv reads it)
         return long_table(comps).to_csv(index=False)
     if fmt == "markdown":
-        return _markdown(comps, loaded)
-    out = [render_text(c, width) + "\n" for c in comps]
+        return _markdown(comps, loaded, show)
+    out = [render_text(c, width, show) + "\n" for c in comps]
     if coll:
         out.append(collectives_text(coll, width) + "\n")
     if predicted:
@@ -209,7 +222,7 @@ def render(
 
 
 def collectives_text(parts: dict[str, pd.DataFrame], width: int | None) -> str:
-    """`bench.analysis.busbw`'s tables in at most `width` columns (its own text, fitted):
+    """`bench.tables.busbw`'s tables in at most `width` columns (its own text, fitted):
     the size repeated in every part of a table split to fit."""
     if width is None:
         return busbw.render_text(parts)
@@ -236,6 +249,7 @@ def _json(comps: list[Comparison]) -> str:
             "group": c.group,
             "machine": c.machine,
             "libraries": c.libraries,
+            "answers": summary.answers_data(c),
             "sections": {n: numeric_rows(c, n) for n in c.sections},
             "notes": [n for n in c.notes if n not in c.knob_table],
             "knobs": c.knobs,
@@ -245,15 +259,17 @@ def _json(comps: list[Comparison]) -> str:
     return json.dumps(data, indent=1)
 
 
-def _markdown(comps: list[Comparison], loaded: Loaded) -> str:
+def _markdown(comps: list[Comparison], loaded: Loaded, show: Collection[str] | None) -> str:
     out = []
     for c in comps:
         out.append(f"### {c.title}\n\nmachine: {c.machine} | {c.libraries}\n")
+        out.append(summary.markdown(c))
         for name, df in c.sections.items():
-            if not df.empty:
+            if not df.empty and show and name in show:
                 out.append(f"**{name}**\n\n{displayed(name, df).to_markdown(index=False)}\n")
-        out.append("\n".join(f"- {n}" for n in c.notes if n not in c.knob_table) + "\n")
-        if c.knob_table:
+        if show and "notes" in show:
+            out.append("\n".join(f"- {n}" for n in c.notes if n not in c.knob_table) + "\n")
+        if c.knob_table and show and "knobs" in show:
             out.append("```\n" + "\n".join(c.knob_table) + "\n```\n")
     tuned = tuning.rows(loaded.records)
     if not tuned.empty:
@@ -279,9 +295,10 @@ def regress_text(df: pd.DataFrame, markdown: bool = False, width: int | None = N
     name, split into parts with engine and workers repeated, values said once when every
     row shares them."""
     shown = _regress_shown(df)
+    first = regress.verdict_line(df)
     if markdown:
-        return shown.to_markdown(index=False) + "\n\n" + REGRESS_LEGEND
-    lines: list[str] = []
+        return f"**{first}**\n\n" + shown.to_markdown(index=False) + "\n\n" + REGRESS_LEGEND
+    lines: list[str] = textfit.wrap(first, width)
     for title, rows in shown.groupby("comparison", sort=False):
         if lines:
             lines.append("")

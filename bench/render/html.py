@@ -20,7 +20,7 @@ import pandas as pd
 from bench import predict
 from bench.core import machine
 from bench.records import LoadedRecord, Problem
-from bench.render import plots, textfit
+from bench.render import plots, summary, textfit
 from bench.tables import busbw, compare, frame, tuning
 from bench.tables import knobs as knob_table
 from bench.tables.frame import DEFAULT_TARGET
@@ -35,6 +35,8 @@ th{background:#f3f3f3}
 .warn{color:#a00}
 figure{display:inline-block;margin:.5em}
 figcaption{font-size:.85em;color:#555}
+details{margin:.3em 0}
+summary{cursor:pointer;font-weight:600}
 """
 
 
@@ -159,29 +161,41 @@ def _comparison(
     style: plots.Style,
     figs: plots.Figures,
 ) -> list[str]:
-    """One comparison: its title, machine and spec, tables, figures, notes and knobs."""
+    """One comparison: its title and machine, the summary (the text report's first
+    screen), its figures, then every section, the notes, the knobs and the spec, each
+    collapsed under its name."""
     spec: Mapping[str, Any] = next((r["spec"] for r in recs if r.get("run_id") in comp.run_ids), {})
     body = [
         f"<h2>{_esc(comp.title)}</h2>",
         f"<p><b>machine:</b> {_esc(comp.machine)} | {_esc(comp.libraries)}</p>",
-        f'<p class="note">spec: {_esc(json.dumps(spec, sort_keys=True))}</p>',
+        _table(summary.table(comp)),
     ]
+    for name, found in summary.items(comp):
+        kind = "warn" if name == "warnings" else "answer"
+        body.append(f"<h3>{_esc(name)}</h3><ul>")
+        body += [f'<li class="{kind}">{_esc(item)}</li>' for item in found]
+        body.append("</ul>")
+    body.extend(plots.plots(comp, recs, runs, target, style, figs))
     for name, df in comp.sections.items():
         if not df.empty:
-            body.append(f"<h3>{_esc(name)}</h3>")
-            body.append(_table(compare.displayed(name, df)))
-    body.extend(plots.plots(comp, recs, runs, target, style, figs))
-    body.append(
-        "<ul>"
-        + "".join(
-            f'<li class="{"warn" if n.startswith("WARNING") else "note"}">{_esc(n)}</li>'
-            for n in comp.notes
-            if n not in comp.knob_table or n.startswith("knobs:")
-        )
-        + "</ul>"
+            body.append(_details(name, _table(compare.displayed(name, df))))
+    notes = "".join(
+        f'<li class="{"warn" if n.startswith("WARNING") else "note"}">{_esc(n)}</li>'
+        for n in comp.notes
+        if n not in comp.knob_table or n.startswith("knobs:")
     )
-    body.extend(_knobs(comp))
+    body.append(_details("notes", f"<ul>{notes}</ul>"))
+    knobs = _knobs(comp)
+    if knobs:
+        body.append(_details("knobs that differ between engines", "".join(knobs[1:])))
+    rows = pd.DataFrame({"setting": list(spec), "value": [str(v) for v in spec.values()]})
+    body.append(_details("spec", _table(rows)))
     return body
+
+
+def _details(name: str, content: str) -> str:
+    """A section the reader opens on request."""
+    return f"<details><summary>{_esc(name)}</summary>{content}</details>"
 
 
 def _page(body: Sequence[str]) -> str:

@@ -381,12 +381,14 @@ def run_sweep(
     on_cell: Callable[[CellResult], None] | None = None,
     before_cells: Callable[[], None] | None = None,
     cells: Sequence[Cell] | None = None,
+    extra_labels: dict[str, Any] | None = None,
 ) -> list[CellResult]:
     """Run every cell not already recorded; returns what ran (skipped cells excluded).
 
     `before_cells` runs once every check has passed and before the first cell (a
     refused sweep leaves nothing behind), and only when there is a cell to run. `cells`:
-    these instead of the config's plan (`bench run --precision` adds launches)."""
+    these instead of the config's plan (`bench run --decide-at` adds launches);
+    `extra_labels`: every record of the sweep carries them."""
     cells = plan(config, base) if cells is None else list(cells)
     unavailable = check_plan(cells, config, python)
     records.check_writable(results)
@@ -418,6 +420,7 @@ def run_sweep(
                 python,
                 config.engine_traces,
                 follower,
+                extra_labels,
             )
         outcomes.append(res)
         progress.done(i, res)

@@ -150,7 +150,9 @@ def _why_none(decided: int, total: int, past_budget: int, left_s: float) -> str:
 
 def _say_reach(ok: pd.DataFrame, precision: float, say: TextIO) -> None:
     """What any allocation would need to decide more of the run's head-to-heads."""
-    line = decided.reach_line(decided.reach([g for _, g in ok.groupby("model")], precision))
+    line = decided.reach_line(
+        decided.reach(decided.Readings(g, precision) for _, g in ok.groupby("model"))
+    )
     if line:
         print(f"bench run --decide-at: {line}", file=say, flush=True)
 

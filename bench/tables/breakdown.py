@@ -366,12 +366,19 @@ def verdict_rows(
                     "verdict": v.name,
                     "lost ms": v.lost.lost if v.lost else np.nan,
                     "largest part": v.lost.largest() if v.lost else "-",
+                    "largest ms": _largest_ms(v.lost),
                     "behind ms": v.behind.lost if v.behind else np.nan,
                     "evidence": v.evidence,
                     "try": v.knob,
                 }
             )
     return _table(out)
+
+
+def _largest_ms(lost: Split | None) -> float:
+    """The ms a step of the time lost that its largest part takes (NaN without one)."""
+    largest = lost.largest() if lost else None
+    return lost.parts[largest] if lost is not None and largest is not None else np.nan
 
 
 def stacked(table: pd.DataFrame) -> Sequence[tuple[str, list[float]]]:

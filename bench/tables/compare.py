@@ -10,12 +10,14 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from bench.decide.pairs import DEFAULT_PRECISION
+from bench.decide.rule import DIFFERENT, EQUIVALENT
 from bench.measure import stats
 from bench.measure.contention import STEAL_LIMIT
 from bench.records import LoadedRecord, Status
@@ -49,6 +51,11 @@ class Comparison:
     # the lines of a table of the settings that differ
     knobs: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
     knob_table: list[str] = dataclasses.field(default_factory=list)
+    # every pair's one reading (the summary's sentences), the spec its runs share (seed
+    # aside) and the results folders they came from (the commands that settle a pair)
+    readings: decided.Readings | None = None
+    spec: dict[str, Any] = dataclasses.field(default_factory=dict)
+    folders: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def frame(self) -> pd.DataFrame:
@@ -90,7 +97,7 @@ def _contended_runs(cell: pd.DataFrame) -> str:
 
 
 def _throughput_rows(
-    gdf: pd.DataFrame, twins: pd.DataFrame, iv: list[dict[str, Any]]
+    gdf: pd.DataFrame, twins: pd.DataFrame, iv: list[dict[str, Any]], readings: decided.Readings
 ) -> pd.DataFrame:
     ok = usable(gdf)
     rows = []
@@ -117,8 +124,10 @@ def _throughput_rows(
             # multi-node variants scale from the same engine's one worker
             single = cell["single_node_engine"].iloc[0]
             base = ok[(ok["engine"] == single) & (ok["workers"] == 1)]["throughput"].tolist()
-            if base:
-                eff = stats.ratio(tp, base, float(workers))
+            reading = readings.efficiency(str(engine), int(workers))
+            # the pair's one reading; a 1-worker cell against itself: its own spread
+            eff = reading.estimate if reading else (stats.ratio(tp, base) if base else None)
+            if eff is not None and (reading or workers == 1):
                 row["efficiency"], row["eff. 95% CI"] = eff.value, _interval(eff, ".2f")
                 _keep(iv, engine, workers, "efficiency", eff)
             nosync = usable(
@@ -272,21 +281,27 @@ def _accuracy_rows(gdf: pd.DataFrame, target: float) -> pd.DataFrame:
     )
 
 
-def _head_to_head_rows(gdf: pd.DataFrame, iv: list[dict[str, Any]]) -> pd.DataFrame:
+def _head_to_head_rows(
+    gdf: pd.DataFrame, iv: list[dict[str, Any]], readings: decided.Readings
+) -> pd.DataFrame:
+    """Each engine against the fastest at its worker count over the same kind of link (a
+    variant's suffix: @nodes, /rate): the pair's one reading."""
     rows = []
-    for workers, same_w in usable(gdf).groupby("workers"):
+    ok = usable(gdf)
+    link = [e[len(s) :] for e, s in zip(ok["engine"], ok["single_node_engine"], strict=True)]
+    for (workers, _), same_w in ok.assign(link=link).groupby(["workers", "link"]):
         by_engine = {e: g["throughput"].tolist() for e, g in same_w.groupby("engine")}
         flagged = {e: _contended_runs(g) for e, g in same_w.groupby("engine")}
         best = max(by_engine, key=lambda e: float(np.median(by_engine[e])))
         for engine, tp in sorted(by_engine.items()):
-            est = stats.ratio(tp, by_engine[best])
-            _keep(iv, engine, workers, "vs fastest", est)
-            if engine == best:
+            found = readings.between(str(engine), str(best), int(workers))
+            if engine == best or found is None:  # the fastest (found: None)
+                est = stats.ratio(tp, by_engine[best])
                 verdict = "fastest"
-            elif est.high is None:
-                verdict = stats.TOO_FEW  # fewer than stats.MIN_RUNS on a side: no verdict
             else:
-                verdict = "slower (significant)" if est.high < 1.0 else "not significant"
+                est, reading = found
+                verdict = _against_fastest(est, reading.decision.outcome, readings.precision)
+            _keep(iv, engine, workers, "vs fastest", est)
             rows.append(
                 {
                     "workers": int(workers),
@@ -298,6 +313,24 @@ def _head_to_head_rows(gdf: pd.DataFrame, iv: list[dict[str, Any]]) -> pd.DataFr
                 }
             )
     return pd.DataFrame(rows)
+
+
+def _results_of(source: str) -> str:
+    """What `--results` names for a record read from `source` (FILE:LINE): the folder of
+    a runs.jsonl, or the file itself."""
+    file = Path(source.rpartition(":")[0])
+    return str(file.parent) if file.name == "runs.jsonl" else str(file)
+
+
+def _against_fastest(est: stats.Estimate, outcome: str, precision: float) -> str:
+    """The word of an engine's reading against the fastest (the pair's own outcome)."""
+    if est.high is None:
+        return stats.TOO_FEW  # fewer than stats.MIN_RUNS on a side: no verdict
+    if outcome == DIFFERENT:
+        return "slower" if est.value < 1 else "faster"
+    if outcome == EQUIVALENT:
+        return f"equivalent within {precision:.0%}"
+    return "not settled"
 
 
 def _contention_note(ok: pd.DataFrame) -> str:
@@ -439,7 +472,8 @@ def compare(
     for group, gdf in synced.groupby("group", sort=False):
         twins = twins_all[twins_all["group"] == gdf["twin_group"].iloc[0]]
         iv: list[dict[str, Any]] = []
-        sections = _sections(gdf, twins, iv, target, precision, error_rates, tuned)
+        readings = decided.Readings(usable(gdf), precision)
+        sections = _sections(gdf, twins, iv, target, readings, error_rates, tuned)
         _flag_oversubscribed(sections, gdf)
         notes = _notes(gdf, synced)
         if len(twins):
@@ -459,6 +493,9 @@ def compare(
                     for e, g in usable(gdf).groupby("engine")["knobs"]
                 },
                 knob_table=knob_table.table(usable(gdf)),
+                readings=readings,
+                spec=json.loads(gdf["spec"].iloc[0]),
+                folders=sorted({_results_of(str(s)) for s in gdf["source"].dropna()}),
             )
         )
     return sorted(out, key=lambda c: (c.title, c.machine, c.libraries))
@@ -469,23 +506,22 @@ def _sections(
     twins: pd.DataFrame,
     iv: list[dict[str, Any]],
     target: float,
-    precision: float,
+    readings: decided.Readings,
     error_rates: bool,
     tuned: pd.DataFrame,
 ) -> dict[str, pd.DataFrame]:
     """The tables of one comparison, in the order a reader gets them; the intervals
     behind the throughput, head-to-head and start-up tables' text go into `iv`."""
     sections = {
-        "throughput": _throughput_rows(gdf, twins, iv),
+        "throughput": _throughput_rows(gdf, twins, iv, readings),
         "per rank": _rank_rows(gdf),
         "accuracy": _accuracy_rows(gdf, target),
-        "head to head": _head_to_head_rows(gdf, iv),
-        "decided": decided.rows(usable(gdf), precision),
-        "within reach": decided.reach_rows(decided.reach([usable(gdf)], precision)),
-        "noise": noise.rows(usable(gdf), precision),
+        "head to head": _head_to_head_rows(gdf, iv, readings),
+        "decided": decided.rows(readings),
+        "noise": noise.rows(usable(gdf)),
     }
     if error_rates:
-        sections["error rates"] = decided.error_rows(usable(gdf), precision)
+        sections["error rates"] = decided.error_rows(usable(gdf), readings.precision)
     starts = startup.rows(gdf, iv)
     if not starts.empty:  # records before start-up was recorded have none
         sections["start-up"] = starts
@@ -552,7 +588,6 @@ _FORMATS = {
     "launch s": "{:.2f}",
     "window s": "{:.3f}",
     "best windows": "{:.0f}",
-    "launches +-P": "{:.0f}",
     "false different": "{:.2%}",
     "false equivalent": "{:.2%}",
     "A/A decided": "{:.1%}",
@@ -567,6 +602,7 @@ _FORMATS = {
             "other",
             "input (outside)",
             "lost ms",
+            "largest ms",
             "behind ms",
         )
     },

@@ -1,5 +1,12 @@
-"""The decided table: each head-to-head's decision, what would settle the open ones, and
-each cell's simulated error rates of the rule (bench/decide/)."""
+"""Each head-to-head's one reading, and what would settle the open ones.
+
+`Readings` reads every pair of one comparison once (bench/decide/pairs.py `decide`:
+at the loop's looks where `bench run --decide-at` launched any of it, otherwise one
+95% look); the throughput table's efficiency, the head to head and decided tables,
+the summary's sentences and every format show that reading and no other. Also here:
+the least minutes that could settle more pairs (bench/decide/bound.py), and each
+cell's simulated error rates of the rule (bench/decide/simulate.py).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +20,76 @@ import pandas as pd
 
 from bench.decide import bound, rule, simulate
 from bench.decide.pairs import Pair, Sides, decide, pairs
-from bench.decide.rule import DIFFERENT, EQUIVALENT, UNDECIDED
+from bench.decide.rule import DIFFERENT, EQUIVALENT, UNDECIDED, Side
+from bench.measure import stats
+
+
+@dataclasses.dataclass(frozen=True)
+class Reading:
+    """One pair, its decision and its two sides' launches."""
+
+    pair: Pair
+    decision: rule.Decision
+    a: Side
+    b: Side
+
+    @property
+    def estimate(self) -> stats.Estimate:
+        """The reading as an interval, as the tables and json keep intervals."""
+        d = self.decision
+        method = "welch-log-t" if d.reading == rule.ONE_LOOK else "sequential welch-log-t"
+        if d.low is None:
+            method = stats.TOO_FEW
+        return stats.Estimate(d.ratio, d.low, d.high, min(self.a.n, self.b.n), method)
+
+    def more(self, precision: float) -> tuple[int, int] | None:
+        """Launches a side that would settle it at the loop's next looks, at the
+        measured ratio and spreads; None where none would (or it is settled)."""
+        if self.decision.outcome != UNDECIDED or min(self.a.n, self.b.n) < rule.MIN_SIDE:
+            return None
+        return rule.more_launches(self.a, self.b, precision, self.pair.scale)
+
+
+class Readings:
+    """Every pair of one comparison's usable launches, read once at `precision`."""
+
+    def __init__(self, usable: pd.DataFrame, precision: float) -> None:
+        self.precision = precision
+        sides = Sides(usable)
+        self.all = [
+            Reading(p, decide(p, precision, sides), sides(p.a_rows), sides(p.b_rows))
+            for p in pairs(usable)
+        ]
+
+    def efficiency(self, engine: str, workers: int) -> Reading | None:
+        return next(
+            (
+                r
+                for r in self.all
+                if r.pair.what == "efficiency" and (r.pair.a, r.pair.workers) == (engine, workers)
+            ),
+            None,
+        )
+
+    def between(self, x: str, y: str, workers: int) -> tuple[stats.Estimate, Reading] | None:
+        """x / y at `workers` as an interval (the pair reads a / b, whichever way round),
+        and the reading it comes from."""
+        for r in self.all:
+            if r.pair.what != "head to head" or r.pair.workers != workers:
+                continue
+            est = r.estimate
+            if (r.pair.a, r.pair.b) == (x, y):
+                return est, r
+            if (r.pair.a, r.pair.b) == (y, x):
+                flip = stats.Estimate(
+                    1 / est.value,
+                    None if est.high is None else 1 / est.high,
+                    None if est.low is None else 1 / est.low,
+                    est.n,
+                    est.method,
+                )
+                return flip, r
+        return None
 
 
 def _reading(pair: Pair, d: rule.Decision, precision: float) -> str:
@@ -26,21 +102,20 @@ def _reading(pair: Pair, d: rule.Decision, precision: float) -> str:
     return UNDECIDED
 
 
-def rows(usable: pd.DataFrame, precision: float) -> pd.DataFrame:
-    """A row per pair: the ratio and interval at its deciding (or latest) look, what it
-    reads, the launches and minutes it took, and for an undecided pair the launches a
-    side it would need at the measured variances, and the minutes they would take."""
+def rows(readings: Readings) -> pd.DataFrame:
+    """A row per pair: the ratio and interval of its reading (at its deciding or latest
+    look), what it reads, how it was read, the launches and minutes it took, and for an
+    undecided pair the launches a side it would need at the measured variances, and the
+    minutes they would take."""
     out: list[dict[str, Any]] = []
-    sides = Sides(usable)
-    for pair in pairs(usable):
-        d = decide(pair, precision, sides)
-        a, b = sides(pair.a_rows), sides(pair.b_rows)
+    for r in readings.all:
+        d, a, b = r.decision, r.a, r.b
         minutes = sum(s.launch_s * s.n for s in (a, b)) / 60
         more: Any = "-"
         if d.outcome == UNDECIDED and min(a.n, b.n) < rule.MIN_SIDE:
             more = f"{rule.MIN_SIDE} a side first"
         elif d.outcome == UNDECIDED:
-            need = rule.more_launches(a, b, precision, pair.scale)
+            need = r.more(readings.precision)
             more = (
                 f"{need[0]} + {need[1]} ({rule.seconds(need, a, b) / 60:.1f} min)"
                 if need
@@ -49,12 +124,13 @@ def rows(usable: pd.DataFrame, precision: float) -> pd.DataFrame:
         interval = "-" if d.low is None else f"[{d.low:.3f}, {d.high:.3f}]"
         out.append(
             {
-                "workers": pair.workers,
-                "a": pair.a,
-                "b": pair.b if pair.what == "head to head" else "efficiency",
+                "workers": r.pair.workers,
+                "a": r.pair.a,
+                "b": r.pair.b if r.pair.what == "head to head" else "efficiency",
                 "ratio": d.ratio,
                 "interval": interval,
-                "decided": _reading(pair, d, precision),
+                "decided": _reading(r.pair, d, readings.precision),
+                "read": "looks" if d.reading == rule.AT_LOOKS else "one look",
                 "launches": f"{a.n} + {b.n}",
                 "minutes": round(minutes, 1),
                 "more launches": more,
@@ -74,42 +150,28 @@ class Reach:
     more_s: list[float]  # [k]: for decided + 1 + k head-to-heads
 
 
-def reach(usable_frames: Iterable[pd.DataFrame], precision: float) -> Reach:
-    """The Reach of the head-to-heads in each of `usable_frames` (one comparison's usable
-    launches each). Efficiencies are left out: they settle early, on a cell that every
-    worker count shares."""
+def reach(all_readings: Iterable[Readings]) -> Reach:
+    """The Reach of the head-to-heads of some comparisons. Efficiencies are left out:
+    they settle early, on a cell that every worker count shares."""
     decided, total, bounds = 0, 0, []
-    for usable in usable_frames:
-        sides = Sides(usable)
-        for pair in pairs(usable):
-            if pair.what != "head to head":
+    for readings in all_readings:
+        for r in readings.all:
+            if r.pair.what != "head to head":
                 continue
             total += 1
-            if decide(pair, precision, sides).outcome != UNDECIDED:
+            if r.decision.outcome != UNDECIDED:
                 decided += 1
                 continue
-            a, b = sides(pair.a_rows), sides(pair.b_rows)
-            bounds.append(bound.seconds_more(a, b, precision, pair.scale))
+            if min(r.a.n, r.b.n) < rule.MIN_SIDE:
+                continue  # unread yet: its sentence asks for its first launches
+            bounds.append(bound.seconds_more(r.a, r.b, readings.precision, r.pair.scale))
     return Reach(decided, total, bound.least_seconds(bounds))
-
-
-def reach_rows(r: Reach) -> pd.DataFrame:
-    """A row for each count of head-to-heads beyond those decided: the least minutes
-    more in which any allocation could decide that many (None: none could, within the
-    looks)."""
-    return pd.DataFrame(
-        {
-            "head-to-heads decided": f"{r.decided + 1 + k} of {r.total}",
-            "more minutes": None if math.isinf(s) else round(s / 60, 1),
-        }
-        for k, s in enumerate(r.more_s)
-    )
 
 
 def reach_line(r: Reach) -> str:
     """The least more minutes for each count past the decided, in one line ("" when
     all are decided)."""
-    if r.decided == r.total:
+    if r.decided == r.total or not r.more_s:  # all decided, or none open is read yet
         return ""
     lead = "at the measured ratios and spreads, "
     counts = [(r.decided + 1 + k, s) for k, s in enumerate(r.more_s) if not math.isinf(s)]
@@ -123,15 +185,6 @@ def reach_line(r: Reach) -> str:
     if counts[-1][0] < r.total:  # the counts beyond reach are the highest ones
         line += f"; {counts[-1][0] + 1} or more: not within the looks"
     return line
-
-
-REACH_KEY = (
-    "at the measured ratios and spreads taken as true, the least minutes of launches more "
-    "in which any allocation decides that many head-to-heads: the k-th smallest of the open "
-    "pairs' own bounds, each the cheapest whole split of a look to come whose interval, at "
-    "the least t quantile that look can have, would be narrow enough (a lower bound, "
-    "never a plan); '-': at no look (docs/methodology.md#what-would-settle-the-rest)"
-)
 
 
 def error_rows(usable: pd.DataFrame, precision: float, sequences: int = 10_000) -> pd.DataFrame:

@@ -241,6 +241,8 @@ def _row(r: LoadedRecord, target: float) -> dict[str, Any]:
         "spec_any_protocol": group_key(spec, protocol=0),
         "protocol": protocol,
         "title": _title(spec),
+        # the spec, seed aside, as its comparison shares it (the summary's commands)
+        "spec": json.dumps({k: v for k, v in spec.items() if k != "seed"}, sort_keys=True),
         "throughput": r.get("throughput"),
         **_noise_columns(r),
         "train_flops": flops.get("train") or np.nan,
@@ -294,6 +296,8 @@ def _noise_columns(r: LoadedRecord) -> dict[str, Any]:
         # the cell a row came from, as bench run --decide-at launches it again
         "engine_name": str(r.get("engine")),
         "aa": _aa_suffix(r)[1:],
+        # launched by bench run --decide-at (its precision): read at the loop's looks
+        "decide_at": labels.get("decide_at") if isinstance(labels, dict) else None,
     }
 
 

@@ -15,7 +15,9 @@ and its cost. With y the log throughput of a window:
 
 The variance of a cell's mean over L launches of w windows is (s2_b + s2_w / w) / L,
 which is cheapest for a given precision at w* = sqrt(c_l s2_w / (c_w s2_b)) windows a
-launch (their equation for two levels), and the launches for +-P at 95% follow.
+launch (their equation for two levels). How many more launches would settle a
+head-to-head is a question of its pair, answered once, with its reading
+(bench/tables/decided.py).
 """
 
 from __future__ import annotations
@@ -26,8 +28,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-
-Z95 = 1.959963984540054
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,15 +50,6 @@ class Levels:
         if self.between == 0:
             return math.inf
         return max(1.0, math.sqrt(self.launch_s * self.within / (self.window_s * self.between)))
-
-    def launches_for(self, precision: float, windows: float | None = None) -> int | None:
-        """Launches of `windows` windows each (default: as measured) for the 95% interval
-        of the cell's mean to be within +-precision."""
-        if self.within is None or self.between is None:
-            return None
-        w = self.windows if windows is None or math.isinf(windows) else windows
-        var = self.between + self.within / max(w, 1.0)
-        return max(2, math.ceil((Z95 / math.log(1 + precision)) ** 2 * var))
 
 
 def levels(cell: pd.DataFrame) -> Levels:
@@ -85,7 +76,7 @@ def _root(var: float | None) -> float:
     return math.nan if var is None else math.sqrt(var)
 
 
-def rows(gdf: pd.DataFrame, precision: float) -> pd.DataFrame:
+def rows(gdf: pd.DataFrame) -> pd.DataFrame:
     """The noise table of one comparison: a row per (engine, workers) of ok launches;
     numbers stay numbers (NaN where unmeasured), compare formats them."""
     out: list[dict[str, Any]] = []
@@ -94,7 +85,6 @@ def rows(gdf: pd.DataFrame, precision: float) -> pd.DataFrame:
     for (engine, workers), cell in gdf.groupby(["engine", "workers"]):
         lv = levels(cell)
         best = lv.best_windows()
-        need = lv.launches_for(precision)
         out.append(
             {
                 "engine": engine,
@@ -107,7 +97,6 @@ def rows(gdf: pd.DataFrame, precision: float) -> pd.DataFrame:
                 "launch s": math.nan if lv.launch_s is None else lv.launch_s,
                 "window s": math.nan if lv.window_s is None else lv.window_s,
                 "best windows": math.nan if best is None else best,
-                "launches +-P": math.nan if need is None else need,
             }
         )
     return pd.DataFrame(out).sort_values(["workers", "engine"]).reset_index(drop=True)
@@ -117,6 +106,5 @@ KEY = (
     "noise: within = CV of windows inside a launch; between = CV of launches beyond what "
     "their windows explain; launch CV = CV of the headline throughput across launches; "
     "launch s = a launch's seconds besides its windows; best windows = windows a launch "
-    "that make a precision cheapest (Kalibera-Jones); launches +-P = launches for a 95% "
-    "interval of +-P (--decide-at) on the cell at its windows (docs/methodology.md#noise-at-each-level)"
+    "that make a precision cheapest (Kalibera-Jones) (docs/methodology.md#noise-at-each-level)"
 )

@@ -176,3 +176,24 @@ def protocols_apart(base: Sequence[LoadedRecord], new: Sequence[LoadedRecord]) -
         f"{', '.join(map(str, bp))} in BASE and {', '.join(map(str, np_))} in NEW; timings of "
         "different protocols are never compared: rerun BASE with this version of bench"
     )
+
+
+def verdict_line(df: pd.DataFrame) -> str:
+    """asv's closing line, first: whether any cell changed significantly, and how (a
+    significant change of a metric, better or worse by its direction)."""
+    better: list[str] = []
+    worse: list[str] = []
+    for row in df.to_dict("records"):
+        for metric, (_, higher_better) in METRICS.items():
+            change = row.get(f"{metric} change")
+            if not row.get(f"{metric} significant") or change is None or pd.isna(change):
+                continue
+            name = f"{row['engine']} x{row['workers']} {SHOWN[metric][0]} {change:+.1%}"
+            (better if (change > 0) == higher_better else worse).append(name)
+    if not better and not worse:
+        return f"NOT SIGNIFICANTLY CHANGED: {len(df)} cells compared, no change significant"
+    parts = [
+        f"worse: {', '.join(worse)}" if worse else "",
+        f"better: {', '.join(better)}" if better else "",
+    ]
+    return "CHANGED SIGNIFICANTLY: " + "; ".join(p for p in parts if p)
