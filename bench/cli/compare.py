@@ -313,7 +313,7 @@ def _diff(args: argparse.Namespace) -> int:
     if df.empty:
         why = regress.why_unmatched(sets[0], sets[1])
         print(f"no cell is present in both {args.base} and {args.new}{why}", file=sys.stderr)
-        return 1
+        return EXIT_BAD_INPUT  # nothing compared is a usage error; 1 means a regression
     if args.format == "json":
         text = df.to_json(orient="records", indent=1) + "\n"
     elif args.format == "csv":
