@@ -353,7 +353,7 @@ def tuning_readable(table: pd.DataFrame) -> pd.DataFrame:
                 "default samples/s": f"{r['default samples/s']:,} {r['default 95% CI']}",
                 "tuned samples/s": f"{r['tuned samples/s']:,} {r['tuned 95% CI']}",
                 "tuned knobs": "its defaults won" if same else r["tuned knobs"],
-                "tuned / default": f"{r['tuned / default']:.2f} {r['ratio 95% CI']}",
+                "tuned / default": f"{r['tuned / default']:.3f} {r['ratio 95% CI']}",
                 "trials": r["trials"],
             }
         )
