@@ -17,7 +17,17 @@
 #   BENCH_CUDA_HOME    CUDA toolkit Horovod's NCCL build compiles with (default: /usr/local/cuda)
 #   BENCH_PYTHON       interpreter used to create the venv (default: python3.11, else python3)
 #   BENCH_WHEEL_CACHE  where built Horovod wheels live (default: ~/.cache/bench-wheels)
+#
+# --check: install nothing; exit 0 when .venv is up to date, 1 when setup would
+# change it (tests/test_docs_as_typed.py runs scripts/run.sh only when it would not).
 set -euo pipefail
+
+check=0
+case ${1:-} in
+    --check) check=1 ;;
+    "") ;;
+    *) echo "setup: unknown argument $1 (only --check)" >&2; exit 2 ;;
+esac
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -46,11 +56,6 @@ else
     echo "setup: no MPI compiler wrapper (mpicxx): Horovod is built with Gloo only (apt-get install libopenmpi-dev openmpi-bin adds MPI and Adasum)"
 fi
 
-py=${BENCH_PYTHON:-$(command -v python3.11 || command -v python3)}
-if [ ! -x .venv/bin/python ]; then
-    echo "setup: creating .venv with $py"
-    "$py" -m venv .venv
-fi
 vpy=.venv/bin/python
 pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
 # Exact versions for every install (constraints.txt says how it is made); the GPU wheels
@@ -62,6 +67,15 @@ want="torch=$TORCH_VERSION paddle=$PADDLE_VERSION horovod=$HOROVOD_VERSION-$HORO
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
     echo "setup: .venv is up to date ($want)"
     exit 0
+fi
+if [ "$check" = 1 ]; then
+    echo "setup: .venv is not up to date: it has ($(cat "$stamp" 2>/dev/null || echo nothing)), setup would make ($want)"
+    exit 1
+fi
+py=${BENCH_PYTHON:-$(command -v python3.11 || command -v python3)}
+if [ ! -x "$vpy" ]; then
+    echo "setup: creating .venv with $py"
+    "$py" -m venv .venv
 fi
 
 # torch first and pinned: an unpinned torch would pull a multi-GB CUDA build on
