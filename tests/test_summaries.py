@@ -63,9 +63,9 @@ def test_appends_are_parsed_alone_and_damage_is_reported(
     seen: list[int] = []
     parse = cache.parse_line
 
-    def spy(p: Path, number: int, raw: bytes) -> object:
+    def spy(p: Path, number: int, raw: bytes, **how: bool) -> object:
         seen.append(number)
-        return parse(p, number, raw)
+        return parse(p, number, raw, **how)
 
     monkeypatch.setattr(cache, "parse_line", spy)
     loaded = records.load_summaries([path])

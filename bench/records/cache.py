@@ -64,7 +64,7 @@ class LineCache:
                 lines += 1
                 if not raw.strip():
                     continue
-                parsed = parse_line(path, lines, raw)
+                parsed = parse_line(path, lines, raw, unpack=False)
                 if isinstance(parsed, Problem):
                     problems.append([lines, parsed.message])
                 else:

@@ -14,6 +14,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from bench.records import packed
 from bench.records.cache import LineCache
 from bench.records.store import Follower, Loaded, Problem, files_under, protocol_version
 from bench.records.types import LoadedRecord
@@ -34,34 +37,53 @@ def summarise(record: Mapping[str, Any]) -> dict[str, Any]:
             {k: e[k] for k in EPOCH_FIELDS if k in e} if isinstance(e, dict) else e
             for e in record["epochs"]
         ]
-    steps = [t for rank in record.get("step_times_s") or [] for t in rank]
-    if steps:
-        ordered = sorted(float(t) for t in steps)
-        out["step_time_quantiles"] = {
-            "p50": _quantile(ordered, 0.50),
-            "p95": _quantile(ordered, 0.95),
-            "n": len(ordered),
-        }
+    quantiles = step_quantiles(record)
+    if quantiles is not None:
+        out["step_time_quantiles"] = quantiles
     windows = window_stats(record)
     if windows is not None:
         out["window_stats"] = windows
-    losses = record.get("step_losses")
-    if isinstance(losses, list) and losses:
+    losses = packed.series(record, "step_losses")
+    if losses is not None and losses.ndim == 1 and losses.size:
         # first, middle and last step: what compare's loss-trajectory column shows
         n = len(losses)
-        out["step_losses"] = [losses[0], losses[n // 2], losses[n - 1]]
+        out["step_losses"] = [_loss(losses[i]) for i in (0, n // 2, n - 1)]
     out["_summary"] = True
     return out
+
+
+def _loss(x: float) -> float | None:
+    return None if math.isnan(x) else float(x)
+
+
+def step_quantiles(record: Mapping[str, Any]) -> dict[str, Any] | None:
+    """p50 and p95 of every rank's timed steps together, and their number; None without
+    steps. Packed or lists alike (bench/records/packed.py)."""
+    steps = packed.series(record, "step_times_s")
+    if steps is None or not steps.size:
+        return None
+    ordered = np.sort(steps.ravel())
+    ordered = ordered[~np.isnan(ordered)]
+    if not ordered.size:
+        return None
+    return {
+        "p50": _quantile(ordered, 0.50),
+        "p95": _quantile(ordered, 0.95),
+        "n": int(ordered.size),
+    }
 
 
 def window_stats(record: Mapping[str, Any]) -> dict[str, float] | None:
     """The launch's windows as the noise table needs them: their number, the mean and
     variance (ddof 1) of their log throughputs, and a window's median seconds. None
     without two good windows (older records, failed runs, damaged arrays)."""
-    tput = record.get("window_throughput")
-    steps = record.get("window_steps")
+    tput_array = packed.series(record, "window_throughput")
+    steps_array = packed.series(record, "window_steps")
     batch = record.get("global_batch")
-    if not isinstance(tput, list) or not isinstance(steps, list) or len(tput) != len(steps):
+    if tput_array is None or steps_array is None or tput_array.shape != steps_array.shape:
+        return None
+    tput, steps = tput_array.tolist(), steps_array.tolist()
+    if tput_array.ndim != 1:
         return None
     pairs = [
         (float(t), float(k))
@@ -85,12 +107,13 @@ def _positive(x: Any) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
-def _quantile(ordered: list[float], q: float) -> float:
-    """numpy's default (linear) quantile of sorted values, without importing numpy here."""
+def _quantile(ordered: Any, q: float) -> float:
+    """numpy's default (linear) quantile of sorted values, written out: the figures
+    summaries have always held, to the last digit."""
     pos = q * (len(ordered) - 1)
     lo = int(pos)
     hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+    return float(ordered[lo]) + (float(ordered[hi]) - float(ordered[lo])) * (pos - lo)
 
 
 # The summaries cache (.NAME.summaries.json): bump CACHE_VERSION when a summary changes.
