@@ -2,9 +2,9 @@
 
 A summary is a record without its per-step arrays (most of its bytes, which no
 table needs whole) plus the step-time quantiles the tables show. The cache
-(.NAME.summaries.json beside NAME.jsonl) is keyed by the file's size and
-modification time and grows with appends; the results file stays the source of
-truth and the cache is rebuilt from it whenever in doubt.
+(.NAME.summaries/ beside NAME.jsonl, bench/records/cache.py) is columnar, grows with
+appends by the appended lines alone, and is safe to read and grow from two processes
+at once; the results file stays the source of truth, parsed again whenever in doubt.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from bench.records import packed
-from bench.records.cache import LineCache
+from bench.records.cache import ColumnCache
 from bench.records.store import Follower, Loaded, Problem, files_under, protocol_version
 from bench.records.types import LoadedRecord
 
@@ -25,7 +25,7 @@ from bench.records.types import LoadedRecord
 # whole. A summary keeps everything else and the quantiles the tables show.
 HEAVY_FIELDS = ("step_times_s", "window_times_s", "window_throughput", "step_losses", "launcher")
 EPOCH_FIELDS = ("epoch", "train_time_s", "test_accuracy", "test_loss", "train_loss")
-CACHE_VERSION = 4  # 4: window statistics kept (window_stats)
+CACHE_VERSION = 5  # 4: window statistics kept (window_stats); 5: columnar
 
 
 def summarise(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -116,33 +116,42 @@ def _quantile(ordered: Any, q: float) -> float:
     return float(ordered[lo]) + (float(ordered[hi]) - float(ordered[lo])) * (pos - lo)
 
 
-# The summaries cache (.NAME.summaries.json): bump CACHE_VERSION when a summary changes.
-SUMMARIES = LineCache("summaries", CACHE_VERSION, summarise)
+# The summaries cache (.NAME.summaries/): bump CACHE_VERSION when a summary changes.
+SUMMARIES = ColumnCache(
+    "summaries", CACHE_VERSION, {"summary": "json"}, lambda r: {"summary": summarise(r)}
+)
 
 
 def _summaries_of(path: Path) -> tuple[list[LoadedRecord], list[Problem]]:
     """Summaries of one JSON Lines file, from its cache (bench/records/cache.py)."""
-    entries, problems = SUMMARIES.read(path)
-    recs = []
-    for number, summary in entries:
-        summary["_source"] = f"{path}:{number}"
-        recs.append(summary)
+    rows, problems = SUMMARIES.read(path)
+    recs: list[LoadedRecord] = []
+    for number, summary in zip(rows["line"].tolist(), rows["summary"].tolist(), strict=True):
+        rec = cast(LoadedRecord, dict(summary))  # one text decodes once: a dict per record
+        rec["_source"] = f"{path}:{number}"
+        recs.append(rec)
     return recs, problems
 
 
-def _cell_of(record: LoadedRecord) -> list[Any]:
+def _cell_of(record: LoadedRecord) -> dict[str, Any]:
     labels = record.get("labels") or {}
-    return [labels.get("cell"), record.get("status"), protocol_version(record)]
+    cell = labels.get("cell") if isinstance(labels, dict) else None
+    return {"cell": cell, "status": record.get("status"), "protocol": protocol_version(record)}
 
 
 # A sweep's resume needs three values per record, not a summary: their own small cache.
-CELLS = LineCache("cells", 1, _cell_of)
+CELLS = ColumnCache("cells", 2, {"cell": "str", "status": "str", "protocol": "int"}, _cell_of)
 
 
 def cells(path: Path) -> list[tuple[str | None, str, int]]:
     """(labels.cell, status, protocol version) of every good record of one results file."""
-    entries, _ = CELLS.read(path)
-    return [(cell, status, protocol) for _, (cell, status, protocol) in entries]
+    rows, _ = CELLS.read(path)
+    return [
+        (cell, status, int(protocol))
+        for cell, status, protocol in zip(
+            rows["cell"], rows["status"], rows["protocol"], strict=True
+        )
+    ]
 
 
 def follow(path: Path) -> Follower:
