@@ -27,7 +27,13 @@ from bench.records.store import (
     timestamp,
     typed_labels,
 )
-from bench.records.summaries import load_summaries, summarise, window_stats
+from bench.records.summaries import (
+    load_summaries,
+    loss_points,
+    step_quantiles,
+    summarise,
+    window_stats,
+)
 from bench.records.types import SCHEMA_VERSION, Kind, LoadedRecord, RunRecord, Status
 
 __all__ = [
@@ -51,11 +57,13 @@ __all__ = [
     "finite",
     "load",
     "load_summaries",
+    "loss_points",
     "migrate",
     "new_record",
     "parse_line",
     "protocol_version",
     "results_file",
+    "step_quantiles",
     "summarise",
     "timestamp",
     "typed_labels",

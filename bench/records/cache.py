@@ -33,6 +33,7 @@ from typing import Any
 import orjson
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from bench.records.store import Problem, parse_line
@@ -77,6 +78,19 @@ class ColumnCache:
         table = pa.concat_tables([rows, *([rest] if rest is not None else [])])
         return self._frame(path, table.select(["line", "problem", *wanted]), wanted)
 
+    def rows(self, recs: Iterable[LoadedRecord]) -> tuple[pd.DataFrame, list[Problem]]:
+        """What `read` gives for records already in memory (nothing cached): the same
+        columns, typed alike, whichever way the records came."""
+        columns: dict[str, list[Any]] = {k: [] for k in ["line", "problem", *self.columns]}
+        for number, r in enumerate(recs, start=1):
+            row = self.keep(r)
+            columns["line"].append(number)
+            columns["problem"].append(None)
+            for name, kind in self.columns.items():
+                columns[name].append(_cell(row.get(name), kind))
+        table = pa.Table.from_pydict(columns, schema=self.schema())
+        return self._frame(Path(), table, list(self.columns))
+
     def position(self, path: Path) -> tuple[int, int] | None:
         """(bytes, lines) of the file the cache covers, when it covers the whole file now."""
         chain = _chain(self, path)
@@ -108,24 +122,37 @@ class ColumnCache:
     def _frame(
         self, path: Path, table: pa.Table, wanted: list[str]
     ) -> tuple[pd.DataFrame, list[Problem]]:
-        df = table.to_pandas()
-        bad = df["problem"].notna()
+        bad = table.column("problem").is_valid()
+        lines = table.column("line").to_pylist()
         problems = [
-            Problem(str(path), int(n), str(m)) for n, m in df.loc[bad, ["line", "problem"]].values
+            Problem(str(path), n, str(m))
+            for n, m, b in zip(
+                lines, table.column("problem").to_pylist(), bad.to_pylist(), strict=True
+            )
+            if b
         ]
-        df = df.loc[~bad].drop(columns=["problem"]).reset_index(drop=True)
+        table = table.filter(pc.invert(bad))
+        data = {"line": table.column("line").to_numpy()}
         for name in wanted:
-            if self.columns[name] == "json":
-                df[name] = _decoded(df[name])
-        return df, problems
+            data[name] = _column(table.column(name), self.columns[name])
+        return pd.DataFrame(data), problems
 
 
-def _decoded(column: pd.Series) -> pd.Series:
+def _column(column: pa.ChunkedArray, kind: str) -> Any:
+    """One column as pandas reads it from a list of records: numbers as numpy (null:
+    NaN), strings and flags with nulls as objects (None), JSON decoded."""
+    if kind in ("float", "int") or (kind == "bool" and not column.null_count):
+        return column.to_numpy()
+    values = column.to_pylist()
+    return _decoded(values) if kind == "json" else pd.Series(values, dtype=object)
+
+
+def _decoded(texts: list[str | None]) -> pd.Series:
     """JSON text to values, each distinct text decoded once (NaN, which plain JSON lacks,
     is written by json and read back by it)."""
     seen: dict[str, Any] = {}
     out: list[Any] = []
-    for text in column.tolist():
+    for text in texts:
         if text is None:
             out.append(None)
             continue
@@ -135,7 +162,7 @@ def _decoded(column: pd.Series) -> pd.Series:
             except orjson.JSONDecodeError:
                 seen[text] = json.loads(text)
         out.append(seen[text])
-    return pd.Series(out, index=column.index, dtype=object)
+    return pd.Series(out, dtype=object)
 
 
 class _Part:

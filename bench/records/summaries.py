@@ -43,13 +43,23 @@ def summarise(record: Mapping[str, Any]) -> dict[str, Any]:
     windows = window_stats(record)
     if windows is not None:
         out["window_stats"] = windows
-    losses = packed.series(record, "step_losses")
-    if losses is not None and losses.ndim == 1 and losses.size:
-        # first, middle and last step: what compare's loss-trajectory column shows
-        n = len(losses)
-        out["step_losses"] = [_loss(losses[i]) for i in (0, n // 2, n - 1)]
+    losses = loss_points(record)
+    if losses is not None:
+        out["step_losses"] = losses
     out["_summary"] = True
     return out
+
+
+def loss_points(record: Mapping[str, Any]) -> list[float | None] | None:
+    """The loss at the first, middle and last step (what compare's loss-trajectory column
+    shows), null where not finite; None without losses. A summary's are its own."""
+    if record.get("_summary"):
+        return record.get("step_losses")
+    losses = packed.series(record, "step_losses")
+    if losses is None or losses.ndim != 1 or not losses.size:
+        return None
+    n = len(losses)
+    return [_loss(losses[i]) for i in (0, n // 2, n - 1)]
 
 
 def _loss(x: float) -> float | None:

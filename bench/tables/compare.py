@@ -457,12 +457,14 @@ def compare(
     target: float = DEFAULT_TARGET,
     precision: float = DEFAULT_PRECISION,
     error_rates: bool = False,
+    runs: pd.DataFrame | None = None,
 ) -> list[Comparison]:
     """One comparison per distinct synchronised spec (seed aside), sorted by title;
     `precision` is the P at which head-to-heads are decided (bench/decide/);
-    `error_rates` adds each cell's simulated error rates of those decisions."""
+    `error_rates` adds each cell's simulated error rates of those decisions. `runs`: the
+    frame of `recs` when the caller has it (one frame an invocation), else built here."""
     recs = list(recs)
-    df = frame(recs, target)
+    df = frame(recs, target) if runs is None else runs
     if df.empty:
         return []
     tuned = tuning.rows(recs)
