@@ -207,13 +207,7 @@ def print_tables(
     if wrong:
         print(f"error: {wrong}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    # Tables need no per-step arrays: one frame read from each file's columnar cache of
-    # runs; the html report plots the arrays, so it reads the records whole.
-    if fmt == "html":
-        loaded = records.load(paths)
-        runs = frame.Runs(frame.frame(loaded.records, target), loaded.records, len(loaded.records))
-    else:
-        runs, loaded = frame.read(paths, target)
+    runs, loaded = _read(paths, fmt, target)
     report_skipped(loaded)
     width = textfit.width(wide)
     text = formats.render(
@@ -249,6 +243,17 @@ def print_tables(
         print("\n".join(_sources(runs.frame, width)))
     print(f"{runs.count} records read, {len(loaded.problems)} skipped", file=sys.stderr)
     return 0
+
+
+def _read(paths: Sequence[str], fmt: str, target: float) -> tuple[frame.Runs, records.Loaded]:
+    """The runs and records a report reads. Tables need no per-step arrays: one frame
+    from each file's columnar cache of runs; the html report plots the arrays, so it
+    reads the records whole."""
+    if fmt != "html":
+        return frame.read(paths, target)
+    loaded = records.load(paths)
+    runs = frame.frame(loaded.records, target)
+    return frame.Runs(runs, loaded.records, len(loaded.records)), loaded
 
 
 def _costs(table: pd.DataFrame, price: cost.Price | None, width: int | None) -> str | None:

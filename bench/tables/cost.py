@@ -94,7 +94,7 @@ def _row(
 
 def measured(runs: pd.DataFrame) -> bool:
     """Whether any run of the frame has energy a counter reported."""
-    energies = runs["energy"] if "energy" in runs else []
+    energies = runs.get("energy", [])
     return any(isinstance((e or {}).get("joules"), int | float) for e in energies)
 
 
