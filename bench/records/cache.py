@@ -25,7 +25,6 @@ import contextlib
 import json
 import os
 import re
-import shutil
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -314,8 +313,3 @@ def _read_part(part: _Part, cache: ColumnCache, names: list[str] | None = None) 
     if isinstance(part, _Memory):
         return part.table if names is None else part.table.select(names)
     return pq.read_table(part.file, columns=names, schema=cache.schema())
-
-
-def clear(cache: ColumnCache, path: Path) -> None:
-    """Remove the cache of `path` (tests; a user may simply delete the folder)."""
-    shutil.rmtree(cache.folder(path), ignore_errors=True)
