@@ -35,6 +35,15 @@ def cpu_quota(cpus: float, name: str) -> Iterator[list[str]]:
 
     The group is removed at the end, once the commands run in it have exited.
     """
+    with quota_group(cpus, name) as procs:
+        # the child moves itself into the group, then becomes the command
+        yield ["sh", "-c", f'echo $$ > {procs} && exec "$@"', "in-cgroup"]
+
+
+@contextlib.contextmanager
+def quota_group(cpus: float, name: str) -> Iterator[Path]:
+    """A cgroup `name` allowed `cpus` CPUs; yields its `cgroup.procs` file, to which
+    writing a process id moves that process (all its threads) into the group."""
     problem = why_not()
     if problem:
         raise RuntimeError(f"no CPU quota cgroup: {problem}")
@@ -51,10 +60,8 @@ def cpu_quota(cpus: float, name: str) -> Iterator[list[str]]:
         group.mkdir(exist_ok=True)
         (group / "cpu.cfs_period_us").write_text(f"{PERIOD_US}\n")
         (group / "cpu.cfs_quota_us").write_text(f"{quota}\n")
-    # the child moves itself into the group, then becomes the command
-    prefix = ["sh", "-c", f'echo $$ > {group / "cgroup.procs"} && exec "$@"', "in-cgroup"]
     try:
-        yield prefix
+        yield group / "cgroup.procs"
     finally:
         with contextlib.suppress(OSError):
             group.rmdir()  # fails while a process is still in it: the kernel keeps it

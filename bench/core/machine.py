@@ -243,11 +243,19 @@ def cgroup_cpu_limit(
     tightest counts. In a container without a cgroup namespace the path names folders
     the mount does not have; those are skipped and the mount's root still counts.
     """
+    limits = [_cpu_limit(f, v2) for f, v2, _ in _cpu_cgroups(proc_cgroup, root)]
+    found = [limit for limit in limits if limit is not None]
+    return min(found) if found else None
+
+
+def _cpu_cgroups(proc_cgroup: Path, root: Path) -> list[tuple[Path, bool, bool]]:
+    """Every cgroup folder on this process's path that can hold a CPU quota: (folder,
+    cgroup v2, whether it is the process's own, the deepest)."""
     try:
         lines = proc_cgroup.read_text().splitlines()
     except OSError:
-        return None
-    limits = []
+        return []
+    out = []
     for line in lines:
         hierarchy, controllers, path = [*line.split(":", 2), "", ""][:3]
         if hierarchy == "0" and not controllers:
@@ -258,10 +266,25 @@ def cgroup_cpu_limit(
             continue
         parts = Path(path).parts[1:]
         for mount in dict.fromkeys(mounts):
-            folders = {mount.joinpath(*parts[:i]) for i in range(len(parts) + 1)}
-            limits += [_cpu_limit(f, v2) for f in folders if f.is_dir()]
-    found = [limit for limit in limits if limit is not None]
-    return min(found) if found else None
+            folders = [mount.joinpath(*parts[:i]) for i in range(len(parts) + 1)]
+            out += [(f, v2, i == len(parts)) for i, f in enumerate(folders) if f.is_dir()]
+    return out
+
+
+def cgroup_throttled_s(
+    proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = CGROUP_FS
+) -> float | None:
+    """Seconds this process's own cgroup has been throttled by its CPU quota so far (v1
+    `throttled_time` ns, v2 `throttled_usec`); None where no cgroup says."""
+    for folder, v2, own in _cpu_cgroups(proc_cgroup, root):
+        if not own:
+            continue
+        try:
+            stat = dict(line.split() for line in (folder / "cpu.stat").read_text().splitlines())
+            return int(stat["throttled_usec"]) / 1e6 if v2 else int(stat["throttled_time"]) / 1e9
+        except (OSError, KeyError, ValueError):
+            continue
+    return None
 
 
 def usable_cpus() -> int:

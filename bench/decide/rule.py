@@ -12,7 +12,7 @@ Decided means, at precision P:
 The number of launches depends on the data (the loop stops when a pair is decided), so
 a fixed-n interval would be too narrow: looking after every launch and stopping at the
 first interval that excludes 1 calls an A/A pair "different" far more often than 5%.
-The intervals here hold at every look at once by spending alpha over a fixed schedule
+The intervals here hold at every look at once by dividing alpha over a fixed schedule
 of looks (Bonferroni): the pair is looked at only when its launch count reaches
 `LOOKS[k]` (a geometric schedule), each look at confidence 1 - alpha / len(LOOKS). The
 chance that any look's interval misses the true ratio is then at most alpha, whatever

@@ -122,8 +122,9 @@ class Split:
     def text(self) -> str:
         split = ", ".join(f"{k} {v:+.2f}" for k, v in self.parts.items() if np.isfinite(v))
         head = f"{self.lost:+.2f} ms vs {self.against} ({self.step:.2f} vs {self.base:.2f})"
-        share = self.explained / self.lost if self.lost else np.nan
-        tail = f"parts add up to {self.explained:+.2f} ms ({share:.0%})"
+        tail = f"parts add up to {self.explained:+.2f} ms"
+        if self.lost:
+            tail += f" ({self.explained / self.lost:.0%})"
         if not self.adds_up():
             tail += (
                 ": the profiled phases (each marked and synchronised) do not add up to "
@@ -194,7 +195,18 @@ def _single(ok: pd.DataFrame, engine: str) -> str:
 
 # --- the verdict --------------------------------------------------------------------
 
-STRAGGLER_SHARE = 0.05  # a rank's extra own work, as a share of the step, to matter
+# A straggler: the other ranks' waiting for one rank explains at least this share of the
+# time the cell lost against its own 1 worker (of its step, without that baseline), and
+# it is the same rank in at least this share of the runs. Measured here: an idle 2-core
+# machine's 2-worker cells wait 0-15% of their lost time on either rank, a rank under a
+# third of a core's quota makes the others wait 40-90% (docs/why.md#stragglers).
+STRAGGLER_SHARE = 0.25
+STRAGGLER_RUNS = 2 / 3
+# Starved: a process that had at most this share of the CPU the other ranks' had while
+# working (a quota of a third of a core: about 0.4; a rank slowed by its own threads: 1)
+STARVED = 0.75
+# or its cgroup's CPU quota stopped it for at least this share of the probe's time
+THROTTLED_SHARE = 0.10
 OVERHEAD_UTILISATION = 0.05  # the step below this share of the measured peak: overhead
 STEAL_SHARE = 0.10  # CPU time the hypervisor gave other guests, to be the cause
 
@@ -208,37 +220,130 @@ class Verdict:
     behind: Split | None = None  # against the fastest engine at the same worker count
 
 
-def _straggler(runs: pd.DataFrame, step: float) -> tuple[int, str] | None:
-    """(rank, evidence) when the same rank's own work (its forward, which never waits for
-    another rank) is the slowest beyond the noise in at least half of the runs."""
-    flagged: list[tuple[int, float, float]] = []
-    for b in runs["breakdown"]:
-        fwd = (b.get("phases_ms") or {}).get("forward") or []
-        iqr = b.get("forward_iqr_ms") or []
-        if len(fwd) < 2 or len(iqr) != len(fwd) or any(v is None for v in fwd):
-            continue
-        slow = int(np.argmax(fwd))
-        others = [i for i in range(len(fwd)) if i != slow]
-        rest = float(np.median([fwd[i] for i in others]))
-        above = all(
-            iqr[slow][0] is not None and iqr[i][1] is not None and iqr[slow][0] > iqr[i][1]
-            for i in others
+@dataclasses.dataclass(frozen=True)
+class Waited:
+    """Who waited for whom in one run (the waits probe: runners/protocol/profile.py)."""
+
+    rank: int  # the rank the others waited for: the one that waited least
+    ms: float  # the ms an iteration the others waited for it (their mean wait less its own)
+    own: list[float]  # each rank's own work, mean ms
+    own_p90: list[float]
+    own_max: list[float]
+    cpu_share: list[float] | None  # the CPU its process had while it worked, per wall second
+    throttled: float | None = None  # ms its cgroup's CPU quota stopped it during the probe
+    seconds: float | None = None  # the probe's length
+
+    @classmethod
+    def of(cls, b: Mapping[str, Any]) -> Waited | None:
+        """The run's waits when its record has them well formed (older records: None)."""
+        w = b.get("waits") if isinstance(b, Mapping) else None
+        if not isinstance(w, Mapping):
+            return None
+        own, wait = w.get("own_ms") or {}, w.get("wait_ms") or {}
+        raw: list[Any] = [own.get("mean"), own.get("p90"), own.get("max"), wait.get("mean")]
+        if not all(_numbers(c) for c in raw):
+            return None
+        columns = [[float(x) for x in c] for c in raw]  # each a list of numbers: checked
+        if not all(len(c) == len(columns[0]) >= 2 for c in columns):
+            return None
+        mean, p90, top, mean_wait = columns
+        rank = int(np.argmin(mean_wait))
+        others = [x for i, x in enumerate(mean_wait) if i != rank]
+        share: Any = w.get("own_cpu_share")
+        cpu = [float(x) for x in share] if _numbers(share) and len(share) == len(mean) else None
+        stopped: Any = w.get("throttled_ms")
+        throttled = (
+            stopped[rank] if isinstance(stopped, list) and len(stopped) == len(mean) else None
         )
-        if above and fwd[slow] - rest >= STRAGGLER_SHARE * step:
-            flagged.append((slow, float(fwd[slow]), rest))
-    ranks = [r for r, _, _ in flagged]
-    if not ranks:
-        return None
-    rank = max(set(ranks), key=ranks.count)
-    if 2 * ranks.count(rank) < len(runs):
-        return None
-    mine = [(s, r) for k, s, r in flagged if k == rank]
-    slow_ms, rest_ms = np.median([s for s, _ in mine]), np.median([r for _, r in mine])
-    return rank, (
-        f"rank {rank}'s own work (forward) {slow_ms:.2f} ms vs {rest_ms:.2f} ms on the other "
-        f"ranks, its quartiles above theirs, in {ranks.count(rank)}/{len(runs)} runs; "
-        f"step {step:.2f} ms"
+        seconds = w.get("seconds") if isinstance(w.get("seconds"), int | float) else None
+        return cls(
+            rank, float(np.mean(others)) - mean_wait[rank], mean, p90, top, cpu,
+            float(throttled) if isinstance(throttled, int | float) else None, seconds,
+        )  # fmt: skip
+
+    def quota_stopped(self) -> bool:
+        """Whether a CPU quota stopped the rank waited for for a share of the probe."""
+        if self.throttled is None or not self.seconds:
+            return False
+        return self.throttled >= THROTTLED_SHARE * 1e3 * self.seconds
+
+    def starved(self) -> bool | None:
+        """Whether the rank waited for was stopped by a CPU quota, or had clearly less CPU
+        than the others while it worked (None: not measured)."""
+        if self.quota_stopped():
+            return True
+        if self.cpu_share is None:
+            return None
+        others = [x for i, x in enumerate(self.cpu_share) if i != self.rank]
+        return self.cpu_share[self.rank] <= STARVED * float(np.median(others))
+
+    def text(self) -> str:
+        others = [x for i, x in enumerate(self.own) if i != self.rank]
+        out = (
+            f"its own work {self.own[self.rank]:.2f} ms mean, p90 "
+            f"{self.own_p90[self.rank]:.2f}, max {self.own_max[self.rank]:.2f}, the others' "
+            f"{float(np.mean(others)):.2f} ms mean"
+        )
+        if self.quota_stopped():
+            out += (
+                f"; its cgroup's CPU quota stopped it {self.throttled:.0f} ms of the "
+                f"{self.seconds:.2f} s measured"
+            )
+        elif self.cpu_share is not None:
+            rest = [x for i, x in enumerate(self.cpu_share) if i != self.rank]
+            out += (
+                f"; its process had {self.cpu_share[self.rank]:.2f} of a core's time while it "
+                f"worked, the others' {float(np.median(rest)):.2f}"
+            )
+        return out
+
+
+def _numbers(values: Any) -> bool:
+    return isinstance(values, list) and all(
+        isinstance(v, int | float) and np.isfinite(v) for v in values
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class WaitedOn:
+    """A cell's runs read together: the rank most waited for, in how many runs, and the
+    ms a step the others waited for it (the median over those runs)."""
+
+    rank: int
+    runs: int  # runs in which it was the one waited for
+    of: int  # runs with waits measured
+    ms: float
+    example: Waited
+
+    @classmethod
+    def of_cell(cls, runs: pd.DataFrame) -> WaitedOn | None:
+        found = [w for w in (Waited.of(b) for b in runs["breakdown"]) if w is not None]
+        if not found:
+            return None
+        ranks = [w.rank for w in found]
+        rank = max(set(ranks), key=ranks.count)
+        mine = [w for w in found if w.rank == rank]
+        ms = float(np.median([w.ms for w in mine]))
+        starved = sum(bool(w.starved()) for w in mine)
+        return cls(rank, len(mine), len(found), ms, mine[0], starved)
+
+    starved: int = 0  # runs in which it had clearly less CPU than the others
+
+    def straggles(self, basis: float, on_cpu: bool) -> bool:
+        """Whether waiting for one rank explains STRAGGLER_SHARE of the time lost (or of
+        the step, without a 1-worker baseline), it is the same rank in most runs, and, on
+        CPUs, it was starved of CPU in most of them: a rank slowed by its own engine's
+        threads (Horovod's coordinator) is the engine's overhead, not a straggler."""
+        often = self.runs >= STRAGGLER_RUNS * self.of
+        starved = not on_cpu or self.starved >= STRAGGLER_RUNS * self.runs
+        return often and starved and basis > 0 and self.ms >= STRAGGLER_SHARE * basis
+
+    def text(self, basis: float, against: str) -> str:
+        return (
+            f"the other ranks wait {self.ms:.2f} ms a step for rank {self.rank} "
+            f"({self.ms / basis:.0%} of the {basis:.2f} ms {against}), in {self.runs}/"
+            f"{self.of} runs; {self.example.text()}"
+        )
 
 
 def _contention_evidence(runs: pd.DataFrame) -> str | None:
@@ -282,34 +387,50 @@ def verdict(cell: pd.DataFrame, twins: pd.DataFrame, group: Group | None = None)
     p = parts(cell, twins)
     if p is None or not np.isfinite(p.step):
         return None
-    straggler = _straggler(runs, p.step)
-    if straggler is not None:
-        return _verdict("straggler", runs, straggler[1], group)
+    multi = int(runs["workers"].iloc[0]) > 1
+    lost = group.one_worker(runs, p) if multi and group is not None else None
+    basis, against = (p.step, "of its step")
+    if lost is not None and lost.lost > 0:
+        basis, against = lost.lost, "lost against 1 worker"
+    waited = WaitedOn.of_cell(runs) if multi else None
+    contended = _contention_evidence(runs)
+    on_cpu = str(runs["device"].iloc[0]) != "cuda" if "device" in runs else True
+    if waited is not None and waited.straggles(basis, on_cpu):
+        evidence = waited.text(basis, against)
+        if contended is not None:  # one rank behind on CPUs others shared too: both said
+            evidence += f"; the CPUs were shared as well: {contended}"
+        return _verdict("straggler", runs, evidence, group, lost=lost)
+    # who waited, when no one rank explains the time lost: evidence, not the verdict
+    spread = "" if waited is None else f"; no straggler: {waited.text(basis, against)}"
     # batches built slower than steps run decide whatever else shares the CPUs
     if np.isfinite(p.input) and p.input >= p.step:
         evidence = (
             f"building a batch takes {p.input:.2f} ms, the step {p.step:.2f} ms: "
             "even a loader overlapping the step could not keep up"
         )
-        return _verdict("input-bound", runs, evidence, group)
-    contended = _contention_evidence(runs)
+        return _verdict("input-bound", runs, evidence + spread, group)
     if contended is not None:
-        return _verdict("CPU-contended", runs, contended, group)
-    if int(runs["workers"].iloc[0]) > 1 and not np.isfinite(p.exposed):
+        return _verdict("CPU-contended", runs, contended + spread, group)
+    if multi and not np.isfinite(p.exposed):
         evidence = (
             "no compute-only twin: this cell's compute still includes waiting for its "
             "collectives; run bench run without --no-comm-cost"
         )
-        return _verdict("undetermined", runs, evidence, group)
-    if int(runs["workers"].iloc[0]) > 1 and group is not None:
-        lost = group.one_worker(runs, p)
-        if lost is not None:
-            return _scaling(runs, p, lost, group.fastest(runs, p), group)
-    return _by_share(runs, p, group)
+        return _verdict("undetermined", runs, evidence + spread, group)
+    if lost is not None and group is not None:
+        return _scaling(runs, p, lost, group.fastest(runs, p), group, spread)
+    return _by_share(runs, p, group, spread)
+
+
+def _hidden(p: Parts) -> str:
+    """The hidden communication, or why it is not a number."""
+    if np.isfinite(p.hidden):
+        return f"hidden comm {p.hidden:.2f} ms"
+    return "hidden comm - (not measured: the engine's probe saw none)"
 
 
 def _scaling(
-    runs: pd.DataFrame, p: Parts, lost: Split, behind: Split | None, group: Group
+    runs: pd.DataFrame, p: Parts, lost: Split, behind: Split | None, group: Group, spread: str
 ) -> Verdict:
     """The verdict of a multi-worker cell from the largest part of its lost time."""
     evidence = "lost " + lost.text()
@@ -317,13 +438,13 @@ def _scaling(
         evidence += f"; behind by {behind.text()}"
     largest = lost.largest()
     if lost.lost < SCALES * p.step or largest is None:
-        return _verdict("scales", runs, evidence, group, lost=lost, behind=behind)
+        return _verdict("scales", runs, evidence + spread, group, lost=lost, behind=behind)
     if largest == "comm wait":
-        evidence += f"; hidden comm {p.hidden:.2f} ms"
-    return _verdict(CAUSE[largest], runs, evidence, group, lost=lost, behind=behind)
+        evidence += "; " + _hidden(p)
+    return _verdict(CAUSE[largest], runs, evidence + spread, group, lost=lost, behind=behind)
 
 
-def _by_share(runs: pd.DataFrame, p: Parts, group: Group | None) -> Verdict:
+def _by_share(runs: pd.DataFrame, p: Parts, group: Group | None, spread: str = "") -> Verdict:
     """The verdict from the step's largest share (and the measured peak): a 1-worker
     cell, or a multi-worker one whose 1-worker baseline is missing."""
     evidence = ", ".join(f"{k} {v:.0%}" for k, v in p.shares().items() if np.isfinite(v))
@@ -340,13 +461,13 @@ def _by_share(runs: pd.DataFrame, p: Parts, group: Group | None) -> Verdict:
     if largest is None:
         return Verdict("undetermined", "no phase was measured", "rerun with --profile-steps 10")
     if largest == "exposed comm":
-        evidence += f"; hidden comm {p.hidden:.2f} ms"
-        return _verdict("communication-bound", runs, evidence, group)
+        evidence += "; " + _hidden(p)
+        return _verdict("communication-bound", runs, evidence + spread, group)
     util = derived.utilisation(runs)
     at = f"; {util:.1%} of the measured peak" if np.isfinite(util) else "; no peak measured"
     if largest == "other" or (np.isfinite(util) and util < OVERHEAD_UTILISATION):
-        return _verdict("overhead-bound", runs, evidence + at, group)
-    return _verdict("compute-bound", runs, evidence + at, group)
+        return _verdict("overhead-bound", runs, evidence + at + spread, group)
+    return _verdict("compute-bound", runs, evidence + at + spread, group)
 
 
 def verdict_rows(

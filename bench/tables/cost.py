@@ -87,8 +87,9 @@ def _row(
         row["power W"] = f"{w:,.1f}"
         row["J/sample"] = f"{w / tput:.4g}"
         row["energy source"] = ", ".join(sources)
-    else:
+    else:  # every row has every column: a missing one would print as nan
         row["power W"] = row["J/sample"] = NOT_MEASURED
+        row["energy source"] = "-"
     return row
 
 

@@ -157,6 +157,8 @@ def _why_columns(r: RunRecord) -> dict[str, Any]:
         # how its workers shared one machine's CPUs (the verdict's advice is checked on it)
         "layout": derived.layouts(r)[0],
         "step_s": derived.step_s(r),
+        # cuda: a straggler's slowness need not be the CPU's (bench/tables/breakdown.py)
+        "device": (r.get("spec") or {}).get("device"),
     }
 
 

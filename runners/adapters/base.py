@@ -210,6 +210,12 @@ class EngineAdapter(abc.ABC):
         """Forward, backward, gradient averaging and optimizer step; returns the local loss."""
 
     @abc.abstractmethod
+    def local_step(self, batch: Any) -> None:
+        """This rank's own work of a step, forward and backward, with no gradient
+        communication and no change to the weights, gradients or optimizer: what the
+        waits probe times from a common start (runners/protocol/profile.py)."""
+
+    @abc.abstractmethod
     def loss_value(self, loss: Any) -> float: ...
 
     @abc.abstractmethod

@@ -122,6 +122,10 @@ class DDPAdapter(TorchAdapter):
             )
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
 
+    def _no_sync(self) -> Any:
+        # DDP's forward otherwise expects the backward that finishes its reduction
+        return self.model.no_sync() if isinstance(self.model, DDP) else super()._no_sync()
+
     def build(self, model: ModelDef, weights: Weights, input_shape: Shape, classes: int) -> None:
         self._build_module(model, weights, input_shape, classes)
         if self.spec.bn_buffers is BNBuffers.SYNC and self.spec.grad_sync:

@@ -7,6 +7,7 @@ so the fingerprint of the loaded model equals the torch engines' bit for bit.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import warnings
@@ -112,6 +113,20 @@ class PaddleAdapter(EngineAdapter):
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.local_rank = int(os.environ.get("PADDLE_LOCAL_RANK", self.rank))
         self.local_world_size = int(os.environ.get("PADDLE_LOCAL_SIZE", self.world_size))
+
+    def _forward_loss(self, x: Any, y: Any) -> Any:
+        if self._amp_dtype is None:  # fp32: no autocast context at all, as a plain loop
+            return _loss(self.model(x), y)
+        with paddle.amp.auto_cast(level="O1", dtype=self._amp_dtype):
+            return _loss(self.model(x), y)
+
+    def local_step(self, batch: Any) -> None:
+        # paddle.grad fills no .grad, and no_sync keeps DataParallel's reducer out of it
+        x, y = batch
+        wrapped = isinstance(self.model, paddle.DataParallel)  # a twin trains unwrapped
+        with self.model.no_sync() if wrapped else contextlib.nullcontext():
+            loss = self._forward_loss(x, y)
+            paddle.grad([loss], [p for p in self.layer.parameters() if not p.stop_gradient])
 
     def shutdown(self) -> None:
         """Release the DataParallel wrapper (its reducer holds the Gloo group), then leave
@@ -232,11 +247,7 @@ class PaddleAdapter(EngineAdapter):
         if lr != self._lr:  # set_lr runs a fill op on the LR tensor: only when it changes
             self.optimizer.set_lr(lr)
             self._lr = lr
-        if self._amp_dtype is None:  # fp32: no autocast context at all, as a plain loop
-            loss = _loss(self.model(x), y)
-        else:
-            with paddle.amp.auto_cast(level="O1", dtype=self._amp_dtype):
-                loss = _loss(self.model(x), y)
+        loss = self._forward_loss(x, y)
         self._phase("forward")
         if self._scaler.is_enable():
             # DataParallel has averaged the gradients by the end of backward, so every

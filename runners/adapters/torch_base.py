@@ -8,6 +8,7 @@ what makes their loss trajectories comparable to float rounding.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import os
@@ -195,6 +196,18 @@ class TorchAdapter(EngineAdapter):
         self._apply_step()
         self._phase("optimizer")
         return loss.detach()
+
+    def local_step(self, batch: Any) -> None:
+        # autograd.grad fills no .grad: no AccumulateGrad node runs, so neither DDP's
+        # reducer nor Horovod's hooks (both on those nodes) start a collective
+        x, y = batch
+        with self._no_sync():
+            loss = self._forward_loss(x, y)
+            torch.autograd.grad(loss, [p for p in self.module.parameters() if p.requires_grad])
+
+    def _no_sync(self) -> contextlib.AbstractContextManager[Any]:
+        """A context in which the wrapped model's forward prepares no gradient sync."""
+        return contextlib.nullcontext()
 
     def loss_value(self, loss: Any) -> float:
         return float(loss.item())

@@ -102,6 +102,14 @@ def install(adapter: EngineAdapter, fault: Fault) -> None:
         return step_fn(batch, lr)
 
     adapter.train_step = faulty  # type: ignore[method-assign]
+    if fault.kind == "delay":  # a slow rank's own work is slow in the waits probe too
+        local = adapter.local_step
+
+        def slow_local(batch: Any) -> None:
+            time.sleep(fault.ms / 1e3)
+            local(batch)
+
+        adapter.local_step = slow_local  # type: ignore[method-assign]
 
 
 def at_exit(fault: Fault | None, rank: int) -> None:

@@ -26,7 +26,7 @@ from runners.adapters.base import EngineAdapter
 from runners.protocol import startup
 from runners.protocol.common import gather_json, gather_str, peak_rss_mb
 from runners.protocol.fields import finished_fields, progress_fields
-from runners.protocol.profile import profile
+from runners.protocol.profile import WAITS_S_PER_PROFILED_STEP, profile, waits
 from runners.protocol.state import Result, Run
 from runners.protocol.timing import PROGRESS, measure_until_steady, timed_loop
 from runners.protocol.trace import Traced, TraceTo, traced
@@ -261,9 +261,19 @@ def _after_timed(
     never in a throughput, and the profiler never around a phase the breakdown reads."""
     adapter, measure = run.adapter, run.measure
     breakdown = profile(adapter, _chunks(next_chunk, measure.profile_steps))
+    if breakdown is not None:  # who waits for whom, long enough to see a rank stopped
+        seconds = WAITS_S_PER_PROFILED_STEP * measure.profile_steps
+        batches = [batch for batch, _ in _chunks(next_chunk, _CHUNK_BATCHES)]
+        found = waits(adapter, batches, seconds)
+        if found is not None:
+            breakdown["waits"] = found
     # one more step first, untraced: it shows the phases' order (runners/protocol/trace.py)
     n = measure.trace_steps + 1 if breakdown and measure.trace_steps else 0
     return breakdown, traced(adapter, _chunks(next_chunk, n), trace_to)
+
+
+# the batches the waits probe cycles over: its timing, not its data, is what it reads
+_CHUNK_BATCHES = 10
 
 
 def _chunks(next_chunk: Any, n: int) -> list[tuple[Any, float]]:
