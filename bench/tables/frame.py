@@ -377,12 +377,12 @@ def _math(knobs: dict[str, Any]) -> str:
 # What the runs cache keeps per record (`_stored_row`), by kind (bench/records/cache.py).
 # Bump FRAME_VERSION when a stored column changes meaning, or the code it is read off
 # (here, bench/tables/derived.py, an engine's comm_threads) computes it differently.
-FRAME_VERSION = 1
+FRAME_VERSION = 2  # 2: device (the straggler rule reads it)
 _STORED = {
     **dict.fromkeys(["run_id", "status", "kind", "engine_name", "engine_options"], "str"),
     **dict.fromkeys(["pinned", "link", "model", "dataset", "spec", "aa"], "str"),
     **dict.fromkeys(["init_fp", "data_fp", "machine", "libraries", "knobs", "math"], "str"),
-    **dict.fromkeys(["contention_cause", "cpu_budget_text", "error"], "str"),
+    **dict.fromkeys(["contention_cause", "cpu_budget_text", "error", "device"], "str"),
     **dict.fromkeys(["trial", "contended", "oversubscribed"], "bool"),
     **dict.fromkeys(["nodes", "workers", "protocol"], "int"),
     **dict.fromkeys(["throughput", "launch_s", "train_flops", "peak_gflops", "step_s"], "float"),
@@ -402,6 +402,7 @@ COLUMNS += ["any_protocol", "spec_any_protocol", "protocol", "title", "spec", "t
 COLUMNS += ["windows", "launch_s", "repeat", "engine_name", "aa", "decide_at", "train_flops"]
 COLUMNS += ["peak_gflops", "startup", "nodes", "energy", "breakdown", "global_batch"]
 COLUMNS += ["per_worker_batch", "cpu", "contended", "contention_cause", "layout", "step_s"]
+COLUMNS += ["device"]
 COLUMNS += ["rank_throughput", "step_p50", "step_p95", "final_accuracy", "step_losses"]
 COLUMNS += ["time_to_target", "peak_rss_mb", "input_ms", "cpu_util", "init_fp", "data_fp"]
 COLUMNS += ["machine", "libraries", "oversubscribed", "cpu_budget_text", "knobs", "math", "error"]
