@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bench import records
@@ -344,7 +345,8 @@ def test_record_that_does_not_fit_leaves_no_partial_line(small_disk: Path) -> No
     _fill(small_disk, 4096)
     before = records.results_file(results).read_bytes()
     big = records.new_record({"lr": 1.0}, "ddp", 1, {}, {}, status=records.Status.FAILED)
-    big["step_losses"] = [1.0] * 5000  # ~25 KB: more than is left
+    # ~40 KB even packed (random float32s do not compress): more than is left
+    big["step_losses"] = np.random.default_rng(0).random(8000).tolist()
     with pytest.raises(records.RecordsError, match="no space left on device") as info:
         records.append(results, big)
     assert "\n" not in str(info.value) and "nothing partial was kept" in str(info.value)

@@ -1,4 +1,5 @@
-"""Schema version 2 and the explicit migration from version 1."""
+"""The explicit migrations: version 1 to 2 (names, numbers), 2 to 3 (the protocol), 3 to 4
+(series at the resolution they were measured, stored packed)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from bench import records
 from bench.measure.window import PROTOCOL_VERSION
-from bench.records import schema
+from bench.records import packed, schema
 
 REFERENCE = Path(__file__).parent.parent / "results" / "reference"
 
@@ -44,7 +46,7 @@ def test_a_v1_runner_record_is_migrated(tmp_path: Path) -> None:
     loaded = _load(tmp_path, _v1())
     assert loaded.problems == []
     rec = loaded.records[0]
-    assert rec["schema_version"] == records.SCHEMA_VERSION == 3
+    assert rec["schema_version"] == records.SCHEMA_VERSION == 4
     assert rec["protocol_version"] == 1  # no window fields: each step timed alone
     assert rec["training_wall_s"] == 2.5 and "wall_time_s" not in rec
     assert rec["epochs"] == [{"epoch": 0, "elapsed_s": 1.5, "train_time_s": 1.0}]
@@ -107,3 +109,41 @@ def test_a_v2_record_names_the_protocol_that_timed_it(tmp_path: Path) -> None:
     assert records.migrate(said)["protocol_version"] == 3
     collective = {**alone, "kind": "collective"}
     assert records.migrate(collective)["protocol_version"] == 1
+
+
+# A few records of the protocol-2 reference as schema 3 wrote them (full-precision
+# floats), kept when the reference itself was rewritten in the packed form.
+V3_SAMPLE = Path(__file__).parent / "data" / "reference-v3-sample.jsonl"
+
+
+def test_a_v3_record_reads_as_its_rewritten_v4_form() -> None:
+    """Version 3 records (the protocol-2 reference before its rewrite) load, their series
+    rounded to what version 4 stores, and read exactly as the rewritten reference does."""
+    old = records.load([V3_SAMPLE])
+    assert old.problems == [] and len(old.records) >= 3
+    new = {r["run_id"]: r for r in records.load([REFERENCE / "cpu-2core-digits"]).records}
+    raw = [json.loads(line) for line in V3_SAMPLE.read_text().splitlines()]
+    for rec, before in zip(old.records, raw, strict=True):
+        assert before["schema_version"] == 3 and rec["schema_version"] == 4
+        got = {k: v for k, v in rec.items() if k != "_source"}
+        assert got == {k: v for k, v in new[rec["run_id"]].items() if k != "_source"}
+        for rank, times in zip(rec["step_times_s"], before["step_times_s"], strict=True):
+            assert all(abs(a - b) <= 5e-7 for a, b in zip(rank, times, strict=True))
+            assert all(a == round(a * 1e6) / 1e6 for a in rank)  # whole microseconds
+        assert all(float(np.float32(x)) == x for x in rec["step_losses"])
+
+
+def test_the_protocol1_reference_loads_and_keeps_its_figures_through_the_packed_form(
+    tmp_path: Path,
+) -> None:
+    """The protocol-1 reference (schema 2) is migrated on read; written again it is packed,
+    and reads back to the same record."""
+    old = records.load([REFERENCE / "cpu-2core-digits-protocol1"])
+    assert old.problems == [] and len(old.records) == 54
+    for rec in old.records:
+        records.append(tmp_path, {k: v for k, v in rec.items() if k != "_source"})
+    line = (tmp_path / "runs.jsonl").read_text().splitlines()[0]
+    assert json.loads(line)["step_times_s"].keys() == packed.KEYS
+    again = records.load([tmp_path]).records
+    strip = [{k: v for k, v in r.items() if k != "_source"} for r in old.records]
+    assert [{k: v for k, v in r.items() if k != "_source"} for r in again] == strip

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -14,6 +15,7 @@ from bench.records import cache, summaries
 from bench.tables import compare
 
 GOLDEN = Path(__file__).parent / "data" / "golden.jsonl"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _copy(tmp_path: Path) -> Path:
@@ -31,7 +33,7 @@ def test_summaries_give_the_same_tables(tmp_path: Path) -> None:
         for a, b in zip(full, summ, strict=True):
             for name in a.sections:
                 pd.testing.assert_frame_equal(a.sections[name], b.sections[name])
-    assert (tmp_path / ".runs.jsonl.summaries.json").is_file()
+    assert list((tmp_path / ".runs.jsonl.summaries").glob("*.parquet"))
     assert all("step_times_s" not in r for r in records.load_summaries([path]).records)
 
 
@@ -63,9 +65,9 @@ def test_appends_are_parsed_alone_and_damage_is_reported(
     seen: list[int] = []
     parse = cache.parse_line
 
-    def spy(p: Path, number: int, raw: bytes) -> object:
+    def spy(p: Path, number: int, raw: bytes, **how: bool) -> object:
         seen.append(number)
-        return parse(p, number, raw)
+        return parse(p, number, raw, **how)
 
     monkeypatch.setattr(cache, "parse_line", spy)
     loaded = records.load_summaries([path])
@@ -84,9 +86,8 @@ def test_rewritten_file_or_damaged_cache_is_read_again(tmp_path: Path) -> None:
     lines = path.read_text().splitlines()
     path.write_text("\n".join(lines[:2]) + "\n")  # shorter: the cache cannot be reused
     assert len(records.load_summaries([path]).records) == 2
-    cache = tmp_path / ".runs.jsonl.summaries.json"
-    cache.write_text('{"version": 1, "size": "x", "entries": 5}')
-    os.utime(path)
+    for part in (tmp_path / ".runs.jsonl.summaries").glob("*.parquet"):
+        part.write_bytes(b"not parquet")  # a damaged part is never read
     assert len(records.load_summaries([path]).records) == 2
 
 
@@ -96,11 +97,82 @@ def test_resume_reads_a_small_cell_index_grown_with_appends(tmp_path: Path) -> N
     path = _copy(tmp_path)
     first = summaries.cells(path)
     assert len(first) == len(records.load([path]).records)
-    index = tmp_path / ".runs.jsonl.cells.json"
-    assert index.is_file() and index.stat().st_size < path.stat().st_size / 5
+    index = tmp_path / ".runs.jsonl.cells"
+    size = sum(f.stat().st_size for f in index.glob("*.parquet"))
+    assert 0 < size < path.stat().st_size / 5
     extra = json.loads(GOLDEN.read_text().splitlines()[0])
     extra["labels"] = {"cell": "new-cell"}
     with open(path, "a") as fh:
         fh.write(json.dumps(extra) + "\n")
     assert summaries.cells(path)[-1][0] == "new-cell"
     assert summaries.cells(path)[:-1] == first
+
+
+def _append_copies(path: Path, n: int, tag: str) -> None:
+    base = json.loads(GOLDEN.read_text().splitlines()[0])
+    with open(path, "a") as fh:
+        for i in range(n):
+            fh.write(json.dumps({**base, "run_id": f"{tag}{i}"}) + "\n")
+
+
+def test_appending_touches_only_the_new_records(tmp_path: Path) -> None:
+    """A folder of new records is parsed and cached alone: the parts already written are
+    kept as they were, and one new part covers exactly the appended bytes."""
+    path = _copy(tmp_path)
+    records.load_summaries([path])
+    folder = tmp_path / ".runs.jsonl.summaries"
+    before = {f.name: f.stat().st_mtime_ns for f in folder.glob("*.parquet")}
+    size = path.stat().st_size
+    _append_copies(path, 5, "new")
+    loaded = records.load_summaries([path])
+    after = {f.name: f.stat().st_mtime_ns for f in folder.glob("*.parquet")}
+    assert {k: after[k] for k in before} == before  # untouched
+    (new,) = set(after) - set(before)
+    assert new == f"{size:015d}-{path.stat().st_size:015d}.parquet"
+    assert [r["run_id"] for r in loaded.records[-5:]] == [f"new{i}" for i in range(5)]
+
+
+def test_many_appends_are_merged_into_one_part(tmp_path: Path) -> None:
+    path = _copy(tmp_path)
+    for k in range(cache.MAX_PARTS + 2):
+        _append_copies(path, 1, f"a{k}-")
+        records.load_summaries([path])
+    parts = list((tmp_path / ".runs.jsonl.summaries").glob("*.parquet"))
+    assert len(parts) <= 2
+    got = [r["run_id"] for r in records.load_summaries([path]).records]
+    assert got == [r["run_id"] for r in records.load([path]).records]
+
+
+_WRITER = """
+import json, sys
+from pathlib import Path
+from bench import records
+path, n, tag = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+base = records.load([path]).records[0]
+base.pop("_source")
+for i in range(n):
+    records.append(path, {**base, "run_id": f"{tag}{i}"})
+    records.load_summaries([path])  # and grows the cache as it goes
+"""
+
+
+def test_two_processes_appending_and_reading_stay_consistent(tmp_path: Path) -> None:
+    """Two writers append while they and this process read the cache: every read is the
+    file's records in order (never a record twice, never one lost), and so is the end."""
+    path = _copy(tmp_path)
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _WRITER, str(path), "40", tag], cwd=ROOT)
+        for tag in ("x", "y")
+    ]
+    seen = 0
+    while any(p.poll() is None for p in procs):
+        got = records.load_summaries([path])
+        ids = [r["run_id"] for r in got.records]
+        assert len(ids) >= seen and len(set(ids[len(ids) - 80 :])) == len(ids[len(ids) - 80 :])
+        seen = len(ids)
+    assert all(p.wait() == 0 for p in procs)
+    final = records.load_summaries([path])
+    full = records.load([path])
+    assert [r["run_id"] for r in final.records] == [r["run_id"] for r in full.records]
+    assert [r["_source"] for r in final.records] == [r["_source"] for r in full.records]
+    assert sum(r["run_id"].startswith(("x", "y")) for r in final.records) == 80

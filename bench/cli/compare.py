@@ -207,8 +207,7 @@ def print_tables(
     if wrong:
         print(f"error: {wrong}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    # Tables need no per-step arrays: read cached summaries; the html report plots them.
-    loaded = records.load(paths) if fmt == "html" else records.load_summaries(paths)
+    runs, loaded = _read(paths, fmt, target)
     report_skipped(loaded)
     width = textfit.width(wide)
     text = formats.render(
@@ -219,6 +218,7 @@ def print_tables(
         precision=precision,
         error_rates=error_rates,
         show=show,
+        runs=runs.frame,
     )
     if text is None:
         print(
@@ -227,8 +227,8 @@ def print_tables(
         )
         return 1
     if fmt in ("text", "markdown"):
-        costs = _costs(cost.table(loaded.records, price, target), price, width)
-        if costs and (price is not None or cost.measured(loaded.records)):
+        costs = _costs(cost.table([], price, target, runs.frame), price, width)
+        if costs and (price is not None or cost.measured(runs.frame)):
             text += ("\n```\n" + costs + "\n```\n") if fmt == "markdown" else "\n" + costs + "\n"
     if fmt == "html":
         # the figures are inline, so the one file is the whole report; never the terminal
@@ -240,9 +240,20 @@ def print_tables(
     if fmt != "html":
         print(text)
     if sources:
-        print("\n".join(_sources(frame.frame(loaded.records), width)))
-    print(f"{len(loaded.records)} records read, {len(loaded.problems)} skipped", file=sys.stderr)
+        print("\n".join(_sources(runs.frame, width)))
+    print(f"{runs.count} records read, {len(loaded.problems)} skipped", file=sys.stderr)
     return 0
+
+
+def _read(paths: Sequence[str], fmt: str, target: float) -> tuple[frame.Runs, records.Loaded]:
+    """The runs and records a report reads. Tables need no per-step arrays: one frame
+    from each file's columnar cache of runs; the html report plots the arrays, so it
+    reads the records whole."""
+    if fmt != "html":
+        return frame.read(paths, target)
+    loaded = records.load(paths)
+    runs = frame.frame(loaded.records, target)
+    return frame.Runs(runs, loaded.records, len(loaded.records)), loaded
 
 
 def _costs(table: pd.DataFrame, price: cost.Price | None, width: int | None) -> str | None:

@@ -16,6 +16,7 @@ from bench.records.store import (
     Problem,
     append,
     check_writable,
+    encode,
     files_under,
     finite,
     load,
@@ -26,7 +27,13 @@ from bench.records.store import (
     timestamp,
     typed_labels,
 )
-from bench.records.summaries import load_summaries, summarise, window_stats
+from bench.records.summaries import (
+    load_summaries,
+    loss_points,
+    step_quantiles,
+    summarise,
+    window_stats,
+)
 from bench.records.types import SCHEMA_VERSION, Kind, LoadedRecord, RunRecord, Status
 
 __all__ = [
@@ -45,15 +52,18 @@ __all__ = [
     "Status",
     "append",
     "check_writable",
+    "encode",
     "files_under",
     "finite",
     "load",
     "load_summaries",
+    "loss_points",
     "migrate",
     "new_record",
     "parse_line",
     "protocol_version",
     "results_file",
+    "step_quantiles",
     "summarise",
     "timestamp",
     "typed_labels",

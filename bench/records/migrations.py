@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bench.records.types import SCHEMA_VERSION
+from bench.records import packed
+from bench.records.types import SCHEMA_VERSION, Stored
 
 
 def _number(text: Any, kind: type[int] | type[float]) -> Any:
@@ -80,8 +81,37 @@ def _v2_to_v3(record: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# The series v4 stores at the resolution they were measured (types.py `Stored`), as
+# they were in version 3: spelled out here, where old versions are.
+_V4_RESOLUTION = {
+    "step_times_s": Stored("<i4", 1_000_000),
+    "window_times_s": Stored("<i4", 1_000_000),
+    "step_losses": Stored("<f4"),
+}
+
+
+def _v3_to_v4(record: dict[str, Any]) -> dict[str, Any]:
+    """v4: per-step series at the resolution they were measured, stored packed.
+
+    Step and window times are microseconds (the finer digits of a v3 record were the
+    clock's noise, not the step's), step losses float32 (what every framework computed
+    them in). A v3 record's series are rounded the same way, so a record reads alike
+    whether it was written before or after (the packed form is the store's business,
+    bench/records/packed.py).
+    """
+    out = dict(record, schema_version=4)
+    for field, stored in _V4_RESOLUTION.items():
+        if field in out:
+            out[field] = packed.at_resolution(out[field], stored)
+    return out
+
+
 # Explicit migrations, oldest first: MIGRATIONS[v] turns a version-v record into v+1.
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    1: _v1_to_v2,
+    2: _v2_to_v3,
+    3: _v3_to_v4,
+}
 
 
 def migrate(record: dict[str, Any]) -> dict[str, Any]:

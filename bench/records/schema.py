@@ -22,6 +22,7 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from bench.records import packed
 from bench.records.types import (
     NONFINITE_MARKERS,
     Keys,
@@ -31,6 +32,7 @@ from bench.records.types import (
     Required,
     RunRecord,
     Status,
+    Stored,
     Values,
     _LossValue,
     _Matrix,
@@ -211,8 +213,10 @@ def _annotated(base: Checker, meta: tuple[Any, ...]) -> Checker:
             check = _with_matrix(check)
         elif isinstance(m, _LossValue):
             name, check = _loss()
-        elif not isinstance(m, Required):
+        elif not isinstance(m, Required | Stored):
             raise TypeError(f"unknown record constraint {m!r}")
+    if any(isinstance(m, Stored) for m in meta):
+        check = _or_packed(check)
     return Checker(name, check)
 
 
@@ -296,6 +300,21 @@ def _with_matrix(check: Check) -> Check:
     return checked
 
 
+def _or_packed(check: Check) -> Check:
+    """A packed series (bench/records/packed.py) is checked as its stand-in: the same
+    checks, on its shape and its least and greatest value."""
+
+    def checked(value: Any, path: str, mode: int) -> str | None:
+        if not packed.is_packed(value):
+            return check(value, path, mode)
+        try:
+            return check(packed.stand_in(value), path, mode)
+        except ValueError as exc:
+            return f"{path}: {exc}"
+
+    return checked
+
+
 def _loss() -> tuple[str, Check]:
     name = "a finite number or one of " + ", ".join(NONFINITE_MARKERS) + " or null"
 
@@ -320,6 +339,14 @@ def _required(hint: Any) -> Required | None:
 REQUIREMENTS: dict[str, Required] = {
     **{k: Required() for k in RunRecord.__required_keys__},
     **{k: r for k, h in _FIELDS.items() if (r := _required(h)) is not None},
+}
+# Fields written packed (bench/records/packed.py), and how.
+STORED: dict[str, Stored] = {
+    k: m
+    for k, h in _FIELDS.items()
+    if typing.get_origin(h) is typing.Annotated
+    for m in typing.get_args(h)[1:]
+    if isinstance(m, Stored)
 }
 # Fields every record must have, whatever its status and kind.
 EVERY_RECORD = tuple(sorted(k for k, r in REQUIREMENTS.items() if "*" in r.statuses))

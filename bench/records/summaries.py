@@ -2,9 +2,9 @@
 
 A summary is a record without its per-step arrays (most of its bytes, which no
 table needs whole) plus the step-time quantiles the tables show. The cache
-(.NAME.summaries.json beside NAME.jsonl) is keyed by the file's size and
-modification time and grows with appends; the results file stays the source of
-truth and the cache is rebuilt from it whenever in doubt.
+(.NAME.summaries/ beside NAME.jsonl, bench/records/cache.py) is columnar, grows with
+appends by the appended lines alone, and is safe to read and grow from two processes
+at once; the results file stays the source of truth, parsed again whenever in doubt.
 """
 
 from __future__ import annotations
@@ -12,9 +12,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from bench.records.cache import LineCache
+import numpy as np
+
+from bench.records import packed
+from bench.records.cache import ColumnCache
 from bench.records.store import Follower, Loaded, Problem, files_under, protocol_version
 from bench.records.types import LoadedRecord
 
@@ -22,7 +25,7 @@ from bench.records.types import LoadedRecord
 # whole. A summary keeps everything else and the quantiles the tables show.
 HEAVY_FIELDS = ("step_times_s", "window_times_s", "window_throughput", "step_losses", "launcher")
 EPOCH_FIELDS = ("epoch", "train_time_s", "test_accuracy", "test_loss", "train_loss")
-CACHE_VERSION = 4  # 4: window statistics kept (window_stats)
+CACHE_VERSION = 5  # 4: window statistics kept (window_stats); 5: columnar
 
 
 def summarise(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -34,34 +37,63 @@ def summarise(record: Mapping[str, Any]) -> dict[str, Any]:
             {k: e[k] for k in EPOCH_FIELDS if k in e} if isinstance(e, dict) else e
             for e in record["epochs"]
         ]
-    steps = [t for rank in record.get("step_times_s") or [] for t in rank]
-    if steps:
-        ordered = sorted(float(t) for t in steps)
-        out["step_time_quantiles"] = {
-            "p50": _quantile(ordered, 0.50),
-            "p95": _quantile(ordered, 0.95),
-            "n": len(ordered),
-        }
+    quantiles = step_quantiles(record)
+    if quantiles is not None:
+        out["step_time_quantiles"] = quantiles
     windows = window_stats(record)
     if windows is not None:
         out["window_stats"] = windows
-    losses = record.get("step_losses")
-    if isinstance(losses, list) and losses:
-        # first, middle and last step: what compare's loss-trajectory column shows
-        n = len(losses)
-        out["step_losses"] = [losses[0], losses[n // 2], losses[n - 1]]
+    losses = loss_points(record)
+    if losses is not None:
+        out["step_losses"] = losses
     out["_summary"] = True
     return out
+
+
+def loss_points(record: Mapping[str, Any]) -> list[float | None] | None:
+    """The loss at the first, middle and last step (what compare's loss-trajectory column
+    shows), null where not finite; None without losses. A summary's are its own."""
+    if record.get("_summary"):
+        return record.get("step_losses")
+    losses = packed.series(record, "step_losses")
+    if losses is None or losses.ndim != 1 or not losses.size:
+        return None
+    n = len(losses)
+    return [_loss(losses[i]) for i in (0, n // 2, n - 1)]
+
+
+def _loss(x: float) -> float | None:
+    return None if math.isnan(x) else float(x)
+
+
+def step_quantiles(record: Mapping[str, Any]) -> dict[str, Any] | None:
+    """p50 and p95 of every rank's timed steps together, and their number; None without
+    steps. Packed or lists alike (bench/records/packed.py)."""
+    steps = packed.series(record, "step_times_s")
+    if steps is None or not steps.size:
+        return None
+    ordered = np.sort(steps.ravel())
+    ordered = ordered[~np.isnan(ordered)]
+    if not ordered.size:
+        return None
+    return {
+        "p50": _quantile(ordered, 0.50),
+        "p95": _quantile(ordered, 0.95),
+        "n": int(ordered.size),
+    }
 
 
 def window_stats(record: Mapping[str, Any]) -> dict[str, float] | None:
     """The launch's windows as the noise table needs them: their number, the mean and
     variance (ddof 1) of their log throughputs, and a window's median seconds. None
     without two good windows (older records, failed runs, damaged arrays)."""
-    tput = record.get("window_throughput")
-    steps = record.get("window_steps")
+    tput_array = packed.series(record, "window_throughput")
+    steps_array = packed.series(record, "window_steps")
     batch = record.get("global_batch")
-    if not isinstance(tput, list) or not isinstance(steps, list) or len(tput) != len(steps):
+    if tput_array is None or steps_array is None or tput_array.shape != steps_array.shape:
+        return None
+    tput, steps = tput_array.tolist(), steps_array.tolist()
+    if tput_array.ndim != 1:
         return None
     pairs = [
         (float(t), float(k))
@@ -85,41 +117,51 @@ def _positive(x: Any) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
-def _quantile(ordered: list[float], q: float) -> float:
-    """numpy's default (linear) quantile of sorted values, without importing numpy here."""
+def _quantile(ordered: Any, q: float) -> float:
+    """numpy's default (linear) quantile of sorted values, written out: the figures
+    summaries have always held, to the last digit."""
     pos = q * (len(ordered) - 1)
     lo = int(pos)
     hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+    return float(ordered[lo]) + (float(ordered[hi]) - float(ordered[lo])) * (pos - lo)
 
 
-# The summaries cache (.NAME.summaries.json): bump CACHE_VERSION when a summary changes.
-SUMMARIES = LineCache("summaries", CACHE_VERSION, summarise)
+# The summaries cache (.NAME.summaries/): bump CACHE_VERSION when a summary changes.
+SUMMARIES = ColumnCache(
+    "summaries", CACHE_VERSION, {"summary": "json"}, lambda r: {"summary": summarise(r)}
+)
 
 
 def _summaries_of(path: Path) -> tuple[list[LoadedRecord], list[Problem]]:
     """Summaries of one JSON Lines file, from its cache (bench/records/cache.py)."""
-    entries, problems = SUMMARIES.read(path)
-    recs = []
-    for number, summary in entries:
-        summary["_source"] = f"{path}:{number}"
-        recs.append(summary)
+    rows, problems = SUMMARIES.read(path)
+    recs: list[LoadedRecord] = []
+    for number, summary in zip(rows["line"].tolist(), rows["summary"].tolist(), strict=True):
+        rec = cast(LoadedRecord, dict(summary))  # one text decodes once: a dict per record
+        rec["_source"] = f"{path}:{number}"
+        recs.append(rec)
     return recs, problems
 
 
-def _cell_of(record: LoadedRecord) -> list[Any]:
+def _cell_of(record: LoadedRecord) -> dict[str, Any]:
     labels = record.get("labels") or {}
-    return [labels.get("cell"), record.get("status"), protocol_version(record)]
+    cell = labels.get("cell") if isinstance(labels, dict) else None
+    return {"cell": cell, "status": record.get("status"), "protocol": protocol_version(record)}
 
 
 # A sweep's resume needs three values per record, not a summary: their own small cache.
-CELLS = LineCache("cells", 1, _cell_of)
+CELLS = ColumnCache("cells", 2, {"cell": "str", "status": "str", "protocol": "int"}, _cell_of)
 
 
 def cells(path: Path) -> list[tuple[str | None, str, int]]:
     """(labels.cell, status, protocol version) of every good record of one results file."""
-    entries, _ = CELLS.read(path)
-    return [(cell, status, protocol) for _, (cell, status, protocol) in entries]
+    rows, _ = CELLS.read(path)
+    return [
+        (cell, status, int(protocol))
+        for cell, status, protocol in zip(
+            rows["cell"], rows["status"], rows["protocol"], strict=True
+        )
+    ]
 
 
 def follow(path: Path) -> Follower:

@@ -21,8 +21,9 @@ import enum
 from typing import Annotated, Any, Final, TypedDict
 
 # The version these types describe; bump it (and add a migration) when a field is
-# renamed or changes meaning.
-SCHEMA_VERSION: Final = 3
+# renamed or changes meaning. 4: the per-step series at the resolution they were
+# measured, stored packed (`Stored`, bench/records/packed.py).
+SCHEMA_VERSION: Final = 4
 
 
 class Status(enum.StrEnum):
@@ -68,6 +69,20 @@ class Required:
 
     statuses: tuple[str, ...] = ("*",)
     kinds: tuple[str, ...] = tuple(Kind)
+
+
+@dataclasses.dataclass(frozen=True)
+class Stored:
+    """A numeric series written packed (bench/records/packed.py): each value as a `dtype`
+    ("<i4", "<f4", "<f8") count of 1/`divisor` of its unit, the resolution it was
+    measured at. Readers get the same lists back, at that resolution."""
+
+    dtype: str
+    divisor: int = 1
+
+
+# Times measured to the microsecond, and held as integer microseconds.
+MICROSECONDS: Final = Stored("<i4", 1_000_000)
 
 
 class Values:
@@ -400,12 +415,13 @@ class RunFields(TypedDict, total=False):
     nonfinite_fields: list[str]
     diverged_at_step: Count | None
     # [rank][timed step]; required (and never null) in an ok training record
-    step_times_s: Annotated[list[list[float]], OK_TRAINING, NullIfFailed, Matrix]
+    step_times_s: Annotated[list[list[float]], OK_TRAINING, NullIfFailed, Matrix, MICROSECONDS]
     # [rank][window], one synchronisation per window
-    window_times_s: Annotated[list[list[float]], NullIfFailed]
-    window_steps: list[Count]
-    # global samples/s of each window, timed by its slowest rank
-    window_throughput: Annotated[list[float], NullIfFailed]
+    window_times_s: Annotated[list[list[float]], NullIfFailed, MICROSECONDS]
+    window_steps: Annotated[list[Count], Stored("<i4")]
+    # global samples/s of each window, timed by its slowest rank (in full: the noise
+    # table's figures are read off them)
+    window_throughput: Annotated[list[float], NullIfFailed, Stored("<f8")]
     measurement: Measurement
     contention: list[Contention | None]  # per rank
     contended: bool
@@ -415,7 +431,7 @@ class RunFields(TypedDict, total=False):
     flops_per_sample: Flops | None
     peak: Peak
     epochs: list[Epoch]
-    step_losses: list[Loss]
+    step_losses: Annotated[list[Loss], Stored("<f4")]  # each step's loss is a float32
     final_accuracy: float | None
     final_loss: Loss
     energy: dict[str, Any]  # joules over the timed span, with sources (bench/measure/energy.py)

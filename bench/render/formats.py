@@ -18,6 +18,7 @@ from bench.render import html, summary, textfit
 from bench.tables import busbw, decided, noise, regress, startup, tuning
 from bench.tables import knobs as knob_table
 from bench.tables.compare import Comparison, compare, displayed
+from bench.tables.frame import frame
 
 FORMATS = ("text", "markdown", "csv", "json", "html")
 SUFFIX = {"text": "txt", "markdown": "md", "csv": "csv", "json": "json", "html": "html"}
@@ -186,21 +187,25 @@ def render(
     precision: float = DEFAULT_PRECISION,
     error_rates: bool = False,
     show: Collection[str] | None = None,
+    runs: pd.DataFrame | None = None,
 ) -> str | None:
     """The comparison of `loaded` in one format; None when nothing is comparable.
 
     For html, the figures' PNG bytes are appended to `figures` when it is given. Text
     fits `width` columns (None: no limit, one table each); text and markdown give each
     comparison's summary, then the sections `show` names (json and csv: every figure).
+    `runs`: the frame of the records, when the caller read them as one (frame.read).
     """
-    comps = compare(loaded.records, target, precision, error_rates)
+    if runs is None:  # one frame for every section and format of this invocation
+        runs = frame(loaded.records, target)
+    comps = compare(loaded.records, target, precision, error_rates, runs)
     coll = busbw.tables(loaded.records)
     predicted = predict.render_text(loaded.records)  # model figures, shown apart
     tuned = tuning.rows(loaded.records)  # bench tune's fresh default and tuned runs
     if not comps and not coll and not predicted and tuned.empty:
         return None
     if fmt == "html":
-        page = html.build(loaded.records, loaded.problems, target)
+        page = html.build(loaded.records, loaded.problems, target, runs)
         if figures is not None:
             figures.extend(page.figures)
         return page.html

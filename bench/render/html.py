@@ -130,17 +130,20 @@ def build(
     recs: Sequence[LoadedRecord],
     problems: Sequence[Problem] = (),
     target: float = DEFAULT_TARGET,
+    runs: pd.DataFrame | None = None,
 ) -> Report:
-    """The whole report, and its figures as PNG bytes in page order."""
+    """The whole report, and its figures as PNG bytes in page order (`runs`: the frame of
+    `recs` when the caller has it)."""
     figs = plots.Figures()
-    runs = frame.frame(recs, target)  # every comparison's rows: its figures draw from them
+    if runs is None:  # every comparison's rows: its figures draw from them
+        runs = frame.frame(recs, target)
     labels = [str(e) for e in runs.get("engine", pd.Series(dtype=str))]
     parts = busbw.tables(recs)
     for part in parts.values():
         labels += [str(c).partition(" ")[0] for c in part.columns]
     style = plots.Style(labels)
     body = ["<h1>Data-parallel training engines compared</h1>", _header(recs, problems)]
-    for comp in compare.compare(recs, target):
+    for comp in compare.compare(recs, target, runs=runs):
         body += _comparison(comp, recs, runs, target, style, figs)
     if parts:
         body.append("<h2>Collectives</h2>")

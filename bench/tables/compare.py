@@ -156,11 +156,19 @@ def _throughput_rows(
     return pd.DataFrame(rows).sort_values(["workers", "engine"]).reset_index(drop=True)
 
 
+def _median(values: list[float]) -> float:
+    """np.median of a few numbers (a run's ranks), to the last digit, without numpy's
+    per-call cost: compare takes one per run."""
+    ordered = sorted(float(v) for v in values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 def _rank_rows(gdf: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (engine, workers), cell in usable(gdf).groupby(["engine", "workers"]):
         # per run: its slowest, median and fastest rank; the table shows medians over runs
-        ranks = [(min(r), float(np.median(r)), max(r)) for r in cell["rank_throughput"] if r]
+        ranks = [(min(r), _median(r), max(r)) for r in cell["rank_throughput"] if r]
         lo, mid, hi = (
             (np.array(col, dtype=float) for col in zip(*ranks, strict=True))
             if ranks
@@ -315,6 +323,12 @@ def _head_to_head_rows(
     return pd.DataFrame(rows)
 
 
+def _folders(sources: pd.Series) -> list[str]:
+    """The results folders (or files) of a comparison's records, each file looked at once."""
+    files = {str(s).rpartition(":")[0] for s in sources.dropna()}
+    return sorted({_results_of(f + ":0") for f in files})
+
+
 def _results_of(source: str) -> str:
     """What `--results` names for a record read from `source` (FILE:LINE): the folder of
     a runs.jsonl, or the file itself."""
@@ -457,12 +471,14 @@ def compare(
     target: float = DEFAULT_TARGET,
     precision: float = DEFAULT_PRECISION,
     error_rates: bool = False,
+    runs: pd.DataFrame | None = None,
 ) -> list[Comparison]:
     """One comparison per distinct synchronised spec (seed aside), sorted by title;
     `precision` is the P at which head-to-heads are decided (bench/decide/);
-    `error_rates` adds each cell's simulated error rates of those decisions."""
+    `error_rates` adds each cell's simulated error rates of those decisions. `runs`: the
+    frame of `recs` when the caller has it (one frame an invocation), else built here."""
     recs = list(recs)
-    df = frame(recs, target)
+    df = frame(recs, target) if runs is None else runs
     if df.empty:
         return []
     tuned = tuning.rows(recs)
@@ -495,7 +511,7 @@ def compare(
                 knob_table=knob_table.table(usable(gdf)),
                 readings=readings,
                 spec=json.loads(gdf["spec"].iloc[0]),
-                folders=sorted({_results_of(str(s)) for s in gdf["source"].dropna()}),
+                folders=_folders(gdf["source"]),
             )
         )
     return sorted(out, key=lambda c: (c.title, c.machine, c.libraries))

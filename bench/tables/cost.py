@@ -42,10 +42,14 @@ class Price:
 
 
 def table(
-    recs: Iterable[LoadedRecord], price: Price | None, target: float = DEFAULT_TARGET
+    recs: Iterable[LoadedRecord],
+    price: Price | None,
+    target: float = DEFAULT_TARGET,
+    runs: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """One row per comparison, engine and worker count of finished synchronised runs."""
-    df = frame(recs, target)
+    """One row per comparison, engine and worker count of finished synchronised runs
+    (`runs`: the frame of `recs` when the caller has it)."""
+    df = frame(recs, target) if runs is None else runs
     if df.empty:
         return df
     ok = usable(df)
@@ -89,9 +93,10 @@ def _row(
     return row
 
 
-def measured(recs: Iterable[LoadedRecord]) -> bool:
-    """Whether any record has energy a counter reported."""
-    return any(isinstance((r.get("energy") or {}).get("joules"), int | float) for r in recs)
+def measured(runs: pd.DataFrame) -> bool:
+    """Whether any run of the frame has energy a counter reported."""
+    energies = runs.get("energy", [])
+    return any(isinstance((e or {}).get("joules"), int | float) for e in energies)
 
 
 def render_text(df: pd.DataFrame, price: Price | None) -> str | None:

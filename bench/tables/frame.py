@@ -10,13 +10,14 @@ compare --sources` lists, so each can be traced to a line of a results file.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -27,6 +28,7 @@ from bench.core import machine
 from bench.core.units import format_rate
 from bench.measure import contention
 from bench.records import Kind, LoadedRecord, RunRecord, Status
+from bench.records.cache import ColumnCache
 from bench.records.types import Epoch, Spec
 from bench.tables import derived
 
@@ -193,69 +195,105 @@ def link_suffix(r: RunRecord) -> str:
 def synced_launches(folder: Path) -> pd.DataFrame:
     """One results folder's ok launches that synchronised gradients, in record order:
     what a head-to-head decision reads (a compute-only twin is no engine's throughput)."""
-    return usable(frame(records.load_summaries([records.results_file(folder)]).records))
+    return usable(read([records.results_file(folder)])[0].frame)
+
+
+@dataclasses.dataclass
+class Runs:
+    """What a comparison reads: the frame (one row per training run) and the records read
+    whole (`SUMMARY_KEPT`: predictions, collectives, bench tune's), of `count` records."""
+
+    frame: pd.DataFrame
+    records: list[LoadedRecord]
+    count: int
 
 
 def frame(recs: Iterable[LoadedRecord], target: float = DEFAULT_TARGET) -> pd.DataFrame:
     """One row per training record with the columns the reports use."""
-    return pd.DataFrame(
-        [_row(r, target) for r in recs if r.get("kind", Kind.TRAIN) == Kind.TRAIN and not _trial(r)]
-    )
+    recs = list(recs)
+    rows, _ = ROWS.rows(recs)
+    rows["source"] = [r.get("_source") for r in recs]
+    return _finish(rows, target)
 
 
-def _trial(r: RunRecord) -> bool:
+def read(
+    paths: Iterable[str | Path], target: float = DEFAULT_TARGET
+) -> tuple[Runs, records.Loaded]:
+    """The runs under `paths` from each file's columnar cache of frame rows (built or
+    grown as needed: bench/records/cache.py): no record is read whole but the few
+    `SUMMARY_KEPT` ones, which come back as summaries in the Loaded beside the problems."""
+    files, problems, skipped = records.files_under(paths)
+    parts, kept = [], []
+    for path in files:
+        try:
+            rows, bad = ROWS.read(path)
+        except OSError as exc:
+            problems.append(records.Problem(str(path), 0, f"cannot read: {exc.strerror}"))
+            continue
+        problems.extend(bad)
+        rows["source"] = [f"{path}:{n}" for n in rows["line"].tolist()]
+        for source, summary in zip(rows["source"], rows["summary"], strict=True):
+            if summary is not None:
+                kept.append(cast(LoadedRecord, {**summary, "_source": source}))
+        parts.append(rows)
+    rows = pd.concat(parts, ignore_index=True) if parts else ROWS.rows([])[0]
+    runs = Runs(_finish(rows, target), kept, len(rows))
+    return runs, records.Loaded(kept, problems, skipped)
+
+
+def _trial(r: Mapping[str, Any]) -> bool:
     """A `bench tune` trial: a search step, not a measurement (bench/tables/tuning.py)."""
     labels = r.get("labels")
     return isinstance(labels, dict) and labels.get("tuning") == "trial"
 
 
-def _row(r: LoadedRecord, target: float) -> dict[str, Any]:
+def _kept(r: LoadedRecord) -> bool:
+    """Read whole by compare beside the frame: not a training run, or one of bench tune's."""
+    labels = r.get("labels")
+    tuning = isinstance(labels, dict) and labels.get("tuning") is not None
+    return r.get("kind", Kind.TRAIN) != Kind.TRAIN or tuning
+
+
+def _stored_row(r: LoadedRecord) -> dict[str, Any]:
+    """What the frame keeps of one record, before the figures read across rows (`_finish`):
+    computed once per record and cached with it (`ROWS`)."""
     spec = r.get("spec") or {}
     fps = r.get("fingerprints") or {}
     res = r.get("resources") or {}
     flops: Mapping[str, Any] = r.get("flops_per_sample") or {}
     machine, libraries = _context(r)
     oversub, budget_text = derived.oversubscription(r)
-    engine = variant(r) + _pinned(r) + _aa_suffix(r)
-    protocol = records.protocol_version(r)
+    layout = derived.layouts(r)[0]
+    quantiles = r.get("step_time_quantiles") or records.step_quantiles(r)
     return {
         "run_id": r.get("run_id"),
-        "source": r.get("_source"),
         "status": r.get("status"),
-        # a multi-node run is its own variant: same workers, different network
-        "engine": engine
-        + (f"@{r['nodes']}nodes" if (r.get("nodes") or 1) > 1 else "")
-        + link_suffix(r),
-        "single_node_engine": engine,  # what its efficiency is measured against
+        "kind": str(r.get("kind", Kind.TRAIN)),
+        "trial": _trial(r),
+        "summary": records.summarise(r) if _kept(r) else None,
+        "engine_name": str(r.get("engine")),
+        "engine_options": json.dumps(r.get("engine_options") or {}, sort_keys=True),
+        "pinned": _pinned(r),
+        "nodes": int(r.get("nodes") or 1),
+        "link": link_suffix(r),
         "workers": r.get("world_size"),
         "model": spec.get("model"),
         "dataset": spec.get("dataset"),
         "seed": spec.get("seed"),
         "grad_sync": spec.get("grad_sync", True),
-        "group": comparison_key(r),
-        "twin_group": group_key(
-            {**spec, "grad_sync": False}, machine, libraries, protocol=protocol
-        ),
-        # the same spec on any machine (BASE/NEW)
-        "spec_group": group_key(spec, protocol=protocol),
-        # the same spec, machine and libraries under any protocol (to say why apart)
-        "any_protocol": group_key(spec, machine, libraries, protocol=0),
-        "spec_any_protocol": group_key(spec, protocol=0),
-        "protocol": protocol,
-        "title": _title(spec),
-        # the spec, seed aside, as its comparison shares it (the summary's commands)
+        "protocol": records.protocol_version(r),
         "spec": json.dumps({k: v for k, v in spec.items() if k != "seed"}, sort_keys=True),
         "throughput": r.get("throughput"),
         **_noise_columns(r),
         "train_flops": flops.get("train") or np.nan,
         **_why_columns(r),
+        "layout": dataclasses.astuple(layout),
         "rank_throughput": r.get("per_rank_throughput") or [],
-        # per-run step-time quantiles over every rank's timed steps (from the record's
-        # arrays, or from its summary: records.summarise)
-        **_step_quantiles(r),
+        "step_p50": np.nan if quantiles is None else float(quantiles["p50"]),
+        "step_p95": np.nan if quantiles is None else float(quantiles["p95"]),
         "final_accuracy": r.get("final_accuracy"),
-        "step_losses": r.get("step_losses") or [],
-        "time_to_target": time_to_target(r.get("epochs") or [], target),
+        "step_losses": records.loss_points(r) or [],
+        "epochs": [[e.get("train_time_s"), e.get("test_accuracy")] for e in r.get("epochs") or []],
         "peak_rss_mb": max(res.get("peak_rss_mb") or [np.nan]),
         "input_ms": max((r.get("input_pipeline") or {}).get("ms_per_step") or [np.nan]),
         "cpu_util": float(np.mean(res.get("cpu_utilisation") or [np.nan])),
@@ -264,7 +302,7 @@ def _row(r: LoadedRecord, target: float) -> dict[str, Any]:
         "machine": machine,
         "libraries": libraries,
         "oversubscribed": oversub,
-        "cpu_budget_text": budget_text,  # the record's cpu_budget as compare's note prints it
+        "cpu_budget_text": budget_text,
         "knobs": json.dumps(r.get("knobs", {}), sort_keys=True),
         "math": _math(r.get("knobs") or {}),
         "error": r.get("error"),
@@ -336,12 +374,111 @@ def _math(knobs: dict[str, Any]) -> str:
     return ", ".join(words)
 
 
-def _step_quantiles(r: LoadedRecord) -> dict[str, float]:
-    q = r.get("step_time_quantiles")
-    if q is None:
-        steps = [t for rank in r.get("step_times_s") or [] for t in rank]
-        if not steps:
-            return {"step_p50": np.nan, "step_p95": np.nan}
-        p50, p95 = np.percentile(np.asarray(steps, dtype=float), [50, 95])
-        return {"step_p50": float(p50), "step_p95": float(p95)}
-    return {"step_p50": float(q["p50"]), "step_p95": float(q["p95"])}
+# What the runs cache keeps per record (`_stored_row`), by kind (bench/records/cache.py).
+# Bump FRAME_VERSION when a stored column changes meaning, or the code it is read off
+# (here, bench/tables/derived.py, an engine's comm_threads) computes it differently.
+FRAME_VERSION = 2  # 2: device (the straggler rule reads it)
+_STORED = {
+    **dict.fromkeys(["run_id", "status", "kind", "engine_name", "engine_options"], "str"),
+    **dict.fromkeys(["pinned", "link", "model", "dataset", "spec", "aa"], "str"),
+    **dict.fromkeys(["init_fp", "data_fp", "machine", "libraries", "knobs", "math"], "str"),
+    **dict.fromkeys(["contention_cause", "cpu_budget_text", "error", "device"], "str"),
+    **dict.fromkeys(["trial", "contended", "oversubscribed"], "bool"),
+    **dict.fromkeys(["nodes", "workers", "protocol"], "int"),
+    **dict.fromkeys(["throughput", "launch_s", "train_flops", "peak_gflops", "step_s"], "float"),
+    **dict.fromkeys(["step_p50", "step_p95", "final_accuracy", "peak_rss_mb"], "float"),
+    **dict.fromkeys(["input_ms", "cpu_util"], "float"),
+    **dict.fromkeys(["summary", "seed", "grad_sync", "windows", "repeat", "decide_at"], "json"),
+    **dict.fromkeys(["startup", "energy", "breakdown", "global_batch", "cpu"], "json"),
+    **dict.fromkeys(["per_worker_batch", "layout", "rank_throughput", "step_losses"], "json"),
+    "epochs": "json",
+}
+ROWS = ColumnCache("runs", FRAME_VERSION, _STORED, _stored_row)
+
+# The frame's columns, in order.
+COLUMNS = ["run_id", "source", "status", "engine", "single_node_engine", "workers", "model"]
+COLUMNS += ["dataset", "seed", "grad_sync", "group", "twin_group", "spec_group"]
+COLUMNS += ["any_protocol", "spec_any_protocol", "protocol", "title", "spec", "throughput"]
+COLUMNS += ["windows", "launch_s", "repeat", "engine_name", "aa", "decide_at", "train_flops"]
+COLUMNS += ["peak_gflops", "startup", "nodes", "energy", "breakdown", "global_batch"]
+COLUMNS += ["per_worker_batch", "cpu", "contended", "contention_cause", "layout", "step_s"]
+COLUMNS += ["device"]
+COLUMNS += ["rank_throughput", "step_p50", "step_p95", "final_accuracy", "step_losses"]
+COLUMNS += ["time_to_target", "peak_rss_mb", "input_ms", "cpu_util", "init_fp", "data_fp"]
+COLUMNS += ["machine", "libraries", "oversubscribed", "cpu_budget_text", "knobs", "math", "error"]
+
+
+def _finish(rows: pd.DataFrame, target: float) -> pd.DataFrame:
+    """The frame from the stored rows: training runs only (no tune trial), with what is
+    read across rows computed once per distinct value, column by column: engine names,
+    the comparison keys and titles of each distinct spec, layouts, times to target."""
+    keep = (rows["kind"] == Kind.TRAIN) & ~rows["trial"].fillna(False).astype(bool)
+    df = rows[keep].reset_index(drop=True)
+    if df.empty:
+        return pd.DataFrame()
+    naming = ["engine_name", "engine_options", "knobs", "pinned", "aa", "nodes", "link"]
+    names = _each(df, naming, _names)
+    df["engine"] = [n[0] for n in names]
+    df["single_node_engine"] = [n[1] for n in names]
+    keys = _each(df, ["spec", "machine", "libraries", "protocol"], _keys)
+    for i, name in enumerate(["group", "twin_group", "spec_group", "any_protocol"]):
+        df[name] = [k[i] for k in keys]
+    df["spec_any_protocol"] = [k[4] for k in keys]
+    df["title"] = [k[5] for k in keys]
+    df["layout"] = [_layout(v) for v in df["layout"]]
+    df["time_to_target"] = [_to_target(e, target) for e in df["epochs"]]
+    return df[COLUMNS]
+
+
+def _each(df: pd.DataFrame, columns: list[str], fn: Any) -> list[Any]:
+    """`fn(*values)` of each row's `columns`, called once per distinct combination."""
+    seen: dict[tuple[Any, ...], Any] = {}
+    out = []
+    for values in zip(*(df[c].tolist() for c in columns), strict=True):
+        if values not in seen:
+            seen[values] = fn(*values)
+        out.append(seen[values])
+    return out
+
+
+def _names(
+    engine: str, options: str, knobs: str, pinned: str, aa: str, nodes: Any, link: str
+) -> tuple[str, str]:
+    """(engine as compare names it, the same on one node: what its efficiency is read
+    against); a multi-node run is its own variant, as is a run over an emulated link."""
+    found = {"engine": engine, "engine_options": json.loads(options), "knobs": json.loads(knobs)}
+    single = variant(cast(RunRecord, found)) + pinned + (f"~{aa}" if aa else "")
+    many = f"@{int(nodes)}nodes" if nodes == nodes and int(nodes) > 1 else ""
+    return single + many + link, single
+
+
+def _keys(spec_text: str, machine: str, libraries: str, protocol: Any) -> tuple[str, ...]:
+    """The comparison keys of one spec (seed aside) on one machine and library set (see
+    `group_key`), and its title."""
+    spec = json.loads(spec_text)
+    version = int(protocol) if protocol == protocol else 1
+    return (
+        group_key(spec, machine, libraries, protocol=version),
+        group_key({**spec, "grad_sync": False}, machine, libraries, protocol=version),
+        # the same spec on any machine (BASE/NEW)
+        group_key(spec, protocol=version),
+        # the same spec, machine and libraries under any protocol (to say why apart)
+        group_key(spec, machine, libraries, protocol=0),
+        group_key(spec, protocol=0),
+        _title(spec),
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def _layout_of(fields: tuple[int, ...]) -> derived.Layout:
+    return derived.Layout(*fields)
+
+
+def _layout(value: Any) -> derived.Layout:
+    return _layout_of(tuple(value))
+
+
+def _to_target(epochs: Any, target: float) -> float | None:
+    return time_to_target(
+        [{"train_time_s": t, "test_accuracy": a} for t, a in epochs or []], target
+    )

@@ -17,7 +17,6 @@ BENCH_PERF_SLOWDOWN_ENGINE=ddp limits it to that engine's steps.
 from __future__ import annotations
 
 import copy
-import json
 import os
 import time
 from collections.abc import Iterator
@@ -34,7 +33,7 @@ from bench.contract import data
 from bench.contract.spec import RunSpec
 from bench.core import machine as env
 from bench.engines import Engine
-from bench.tables import compare
+from bench.tables import compare, frame
 from runners.adapters.base import EngineAdapter
 from runners.protocol.common import load_adapter
 
@@ -159,7 +158,7 @@ def many_records(tmp_path_factory: pytest.TempPathFactory) -> Path:
             r["run_id"] = f"r{i}"
             r["spec"]["seed"] = i % 50
             r["throughput"] = float(r["throughput"] or 0) * float(rng.uniform(0.9, 1.1))
-            fh.write(json.dumps(r) + "\n")
+            fh.write(records.encode(r).decode())  # as a runner writes it: series packed
     return path
 
 
@@ -174,10 +173,17 @@ def test_load_records(benchmark: Any, many_records: Path) -> None:
 
 @pytest.mark.benchmark(warmup=True, warmup_iterations=1)
 def test_compare_records(benchmark: Any, many_records: Path) -> None:
+    """What `bench compare` does warm: the runs read from the file's columnar cache (the
+    warm-up round builds it), one frame, every comparison of it."""
     recs = records.load([many_records]).records
     benchmark.extra_info.update(
         {"engine": "-", "model": "-", "records": RECORDS, "versions": env.library_versions()}
     )
-    comps = benchmark(compare.compare, recs)
+
+    def warm() -> list[compare.Comparison]:
+        runs, loaded = frame.read([many_records])
+        return compare.compare(loaded.records, runs=runs.frame)
+
+    comps = benchmark(warm)
     synced = sum(1 for r in recs if r["spec"]["grad_sync"])
     assert sum(int(c.sections["throughput"]["runs"].sum()) for c in comps) == synced
