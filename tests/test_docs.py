@@ -114,12 +114,13 @@ def test_the_compare_scale_size_quoted_is_what_its_script_writes(tmp_path: Path)
     from tests.benchmarks import compare_scale
 
     path = tmp_path / "runs.jsonl"
-    compare_scale.write_records(path, 500, 700)  # its defaults, at a twentieth
+    compare_scale.write_records(path, 500)  # its 10,000, at a twentieth
     mb = path.stat().st_size / 1e6 * 10_000 / 500
-    text = " ".join((ROOT / "docs" / "reading-compare.md").read_text().split())
-    quoted = re.search(r"on 10,000 records of today's size \((\d+) MB of JSON Lines", text)
+    text = (ROOT / "docs" / "reading-compare.md").read_text()
+    quoted = re.search(r"\| 10,000 \(compare_scale[^|]*\| ([\d,]+) MB \|", text)
     assert quoted, "reading-compare.md no longer quotes the size compare_scale.py writes"
-    assert abs(int(quoted[1]) - mb) < 0.05 * mb, f"it writes {mb:.0f} MB, the doc says {quoted[1]}"
+    size = int(quoted[1].replace(",", ""))
+    assert abs(size - mb) < 0.05 * mb, f"it writes {mb:.0f} MB, the doc says {size}"
 
 
 def test_the_readme_shows_every_command_and_the_page_for_newcomers() -> None:
