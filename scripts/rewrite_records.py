@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Rewrite results files in the current stored form: each record migrated, then written as
 `bench run` writes one today (series packed at their measured resolution; docs/records.md).
 
