@@ -90,9 +90,9 @@ def _row(
 
 def _profiled(fwd: list[float], bwd: list[float], opt: list[float], comm: list[Any],
               source: str = "DDP communication hook", iqr: list[list[float]] | None = None,
-              cpu: list[float] | None = None) -> dict[str, Any]:  # fmt: skip
+              held: list[float] | None = None) -> dict[str, Any]:  # fmt: skip
     """A run's breakdown; its waits probe saw each rank's own work as forward + backward
-    (every rank waiting for the slowest), with `cpu` its processes' CPU shares."""
+    (every rank waiting for the slowest), each held back from outside `held` of the time."""
     own = [f + b for f, b in zip(fwd, bwd, strict=True)]
     return {
         "steps": 10,
@@ -100,18 +100,17 @@ def _profiled(fwd: list[float], bwd: list[float], opt: list[float], comm: list[A
                       "step": [a + b + c for a, b, c in zip(fwd, bwd, opt, strict=True)]},
         "forward_iqr_ms": iqr or [[f * 0.95, f * 1.05] for f in fwd],
         "comm_ms": comm, "comm_source": source,
-        **({"waits": _waits(own, cpu or [1.0] * len(own))} if len(own) > 1 else {}),
+        **({"waits": _waits(own, held or [0.0] * len(own))} if len(own) > 1 else {}),
     }  # fmt: skip
 
 
-def _waits(own: list[float], cpu: list[float]) -> dict[str, Any]:
-    wait = [max(own) - x for x in own]
+def _waits(own: list[float], held: list[float]) -> dict[str, Any]:
+    # an iteration lasts the slowest's own work: the others wait the rest of it
     return {
-        "iterations": 50,
+        "iterations": 50, "seconds": 0.5,
         "own_ms": {"mean": own, "p50": own, "p90": [x * 1.2 for x in own], "max": [x * 2 for x in own]},
-        "wait_ms": {"mean": wait, "p90": wait},
-        "last_share": [1.0 if x == max(own) else 0.0 for x in own],
-        "own_cpu_share": cpu,
+        "wait_share": [(max(own) - x) / max(own) for x in own],
+        "held_share": held, "throttled_ms": [None] * len(own), "run_delay_measured": True,
     }  # fmt: skip
 
 
@@ -161,17 +160,18 @@ def test_each_verdict_fires_on_its_own_evidence_and_only_there() -> None:
     assert v.name == "communication-bound" and "exposed comm 60%" in v.evidence
     assert "bucket" in v.knob
     # the same cell with rank 1's own work 5 ms longer while its process had less than half
-    # the CPU rank 0's had: rank 0 waits 5 ms of the 10 ms step for it
-    slow = _profiled([1.0, 6.0], [2.0, 2.0], [0.5, 0.5], [8.0, 8.0], cpu=[1.0, 0.4])
+    # the CPU rank 0's had: rank 0 waits 5 ms of every 8, 62% of the 10 ms step, for it
+    slow = _profiled([1.0, 6.0], [2.0, 2.0], [0.5, 0.5], [8.0, 8.0], held=[0.0, 0.5])
     v = _verdict(_cell(_row(breakdown=slow)), TWIN)
-    assert v.name == "straggler" and "wait 5.00 ms a step for rank 1 (50% of" in v.evidence
-    assert "in 1/1 runs" in v.evidence and "had 0.40 of a core's time" in v.evidence
+    assert v.name == "straggler"
+    assert "wait for rank 1 62% of the time, 6.25 ms of a 10.00 ms step (62% of" in v.evidence
+    assert "in 1/1 runs" in v.evidence and "from outside its process 50% of the time" in v.evidence
     # as slow, but its process as busy as the others': its own threads, no straggler
-    busy_self = _profiled([1.0, 6.0], [2.0, 2.0], [0.5, 0.5], [8.0, 8.0], cpu=[1.0, 1.0])
+    busy_self = _profiled([1.0, 6.0], [2.0, 2.0], [0.5, 0.5], [8.0, 8.0], held=[0.0, 0.0])
     v = _verdict(_cell(_row(breakdown=busy_self)), TWIN)
     assert v.name == "communication-bound" and "no straggler: the other ranks wait" in v.evidence
     # a difference that explains little of the step is no straggler either
-    noisy = _profiled([1.0, 1.6], [2.0, 2.0], [0.5, 0.5], [8.0, 8.0], cpu=[1.0, 0.4])
+    noisy = _profiled([1.0, 1.6], [2.0, 2.0], [0.5, 0.5], [8.0, 8.0], held=[0.0, 0.5])
     assert _verdict(_cell(_row(breakdown=noisy)), TWIN).name == "communication-bound"
     # other processes took a core
     busy = [{"other_cpu_cores": 1.1, "own_cpu_cores": 1.0, "cpu_count": 2, "steal_fraction": 0.0}]
@@ -226,9 +226,10 @@ def _synced(
 
 
 def test_a_straggler_explains_a_share_of_the_time_lost_in_most_runs() -> None:
-    """Against the 1-worker cell (1.82 ms lost): rank 1 making rank 0 wait 0.60 ms is
-    33% of it, a straggler when the same rank in 2 of 2 runs, none when the runs name a
-    different rank each or it explains less than a quarter; on shared CPUs, both said."""
+    """Against the 1-worker cell (1.82 ms lost): rank 1 making rank 0 wait 0.60 ms of
+    each 2.80, 21% of the time and 0.96 ms of the 4.46 ms step, explains 53% of it: a
+    straggler when the same rank in 2 of 2 runs, none when the runs name a different
+    rank each or it explains less than a quarter; on shared CPUs, both said."""
     one = _one_worker("ddp", 2.64, 0.80, 1.55, 0.29)
 
     def cell(*owns: tuple[float, float], loads: Any = None) -> pd.DataFrame:
@@ -236,7 +237,7 @@ def test_a_straggler_explains_a_share_of_the_time_lost_in_most_runs() -> None:
         for a, b in owns:
             two = _synced("ddp", 4.46, 2.57, (0.70, 1.48, 0.29))[0]
             two["breakdown"] = _profiled([a, b], [1.5, 1.5], [0.3, 0.3], [2.0, 2.0],
-                                         cpu=[1.0, 0.4] if b > a else [0.4, 1.0])  # fmt: skip
+                                         held=[0.0, 0.5] if b > a else [0.5, 0.0])  # fmt: skip
             if loads:
                 two = _row("ddp", throughput=two["throughput"], breakdown=two["breakdown"],
                            loads=loads, contended=True)  # fmt: skip
@@ -251,13 +252,14 @@ def test_a_straggler_explains_a_share_of_the_time_lost_in_most_runs() -> None:
         return v
 
     v = name(cell((0.7, 1.3), (0.7, 1.3)))
-    assert (
-        v.name == "straggler" and "wait 0.60 ms a step for rank 1 (33% of the 1.82 ms" in v.evidence
-    )
+    assert v.name == "straggler" and "for rank 1 21% of the time, 0.96 ms of a 4.46" in v.evidence
+    assert "(53% of the 1.82 ms lost against 1 worker)" in v.evidence
     assert "in 2/2 runs" in v.evidence
     assert name(cell((0.7, 1.3), (1.3, 0.7))).name != "straggler"  # a rank each run
-    v = name(cell((0.7, 1.0), (0.7, 1.0)))  # 0.30 ms: 16% of what was lost
-    assert v.name != "straggler" and "no straggler: the other ranks wait 0.30 ms" in v.evidence
+    v = name(cell((0.7, 0.85), (0.7, 0.85)))  # 0.15 ms of each 2.35: 16% of what was lost
+    assert (
+        v.name != "straggler" and "no straggler: the other ranks wait for rank 1 6%" in v.evidence
+    )
     busy = [{"other_cpu_cores": 1.1, "own_cpu_cores": 1.0, "cpu_count": 2, "steal_fraction": 0.0}]
     v = name(cell((0.7, 1.3), (0.7, 1.3), loads=busy))
     assert (

@@ -20,6 +20,8 @@ from typing import Any
 
 import psutil
 
+from bench.core import machine
+
 OTHER_CORES_LIMIT = 0.2  # cores used on average by other processes
 STEAL_LIMIT = 0.02  # share of CPU time stolen by the hypervisor
 BUSY_WARN_CORES = 0.25  # `bench run` warns above this, sampled before it starts
@@ -33,6 +35,51 @@ class Snapshot:
     steal_s: float
     total_s: float  # every field, idle included
     tree_cpu_s: float | None  # CPU seconds of the run's own process tree
+    held: Held | None = None  # this thread's and process's own counters
+
+
+@dataclasses.dataclass(frozen=True)
+class Held:
+    """What says whether this thread was held back from outside its process: its
+    run-queue delay (ready to run, not running: a CPU quota throttling it, another
+    process on its core), the CPU of its process and of itself (the difference is what
+    its own other threads ran meanwhile, which holds it back from inside), and what its
+    cgroup's CPU quota throttled. Linux; None where the kernel does not keep them."""
+
+    run_delay_s: float
+    process_s: float
+    thread_s: float
+    throttled_s: float | None
+
+    @classmethod
+    def now(cls) -> Held | None:
+        delay = run_delay_s()
+        if delay is None:
+            return None
+        return cls(delay, time.process_time(), time.thread_time(), machine.cgroup_throttled_s())
+
+    def since(self, start: Held, wall: float) -> dict[str, float | None]:
+        own_threads = (self.process_s - start.process_s) - (self.thread_s - start.thread_s)
+        held = max(0.0, self.run_delay_s - start.run_delay_s - own_threads)
+        throttled = (
+            None
+            if self.throttled_s is None or start.throttled_s is None
+            else 1e3 * (self.throttled_s - start.throttled_s)
+        )
+        return {"held_share": held / wall, "throttled_ms": throttled}
+
+
+SCHEDSTAT = "/proc/thread-self/schedstat"
+
+
+def run_delay_s() -> float | None:
+    """This thread's run-queue delay so far, in seconds (Linux's schedstat, second
+    field); None where the kernel does not keep it."""
+    try:
+        with open(SCHEDSTAT) as fh:
+            return int(fh.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _proc_stat() -> tuple[float, float, float] | None:
@@ -115,7 +162,7 @@ def snapshot(root: int, label: str | None = None) -> Snapshot | None:
     stat = _proc_stat()
     if stat is None:
         return None
-    return Snapshot(time.monotonic(), *stat, _tree_cpu(root, label or run_label()))
+    return Snapshot(time.monotonic(), *stat, _tree_cpu(root, label or run_label()), Held.now())
 
 
 def causes(other_cores: object, steal_fraction: object) -> list[str]:
@@ -155,6 +202,7 @@ def summarise(start: Snapshot | None, end: Snapshot | None) -> dict[str, Any] | 
         "loadavg_1m": load,
         "cpu_count": os.cpu_count(),
         "contended": bool(causes(other, steal)),
+        **(end.held.since(start.held, wall) if end.held and start.held else {}),
     }
 
 

@@ -307,6 +307,11 @@ class Contention(TypedDict, total=False):
     loadavg_1m: float | None
     cpu_count: Positive | None
     contended: bool
+    # the share of the time its main thread was held back from outside its process (ready
+    # to run but not running, less what its own other threads ran), and what its cgroup's
+    # CPU quota stopped it for (ms); None where the kernel does not say
+    held_share: float | None
+    throttled_ms: float | None
 
 
 class Predicted(TypedDict, total=False):

@@ -197,16 +197,19 @@ def _single(ok: pd.DataFrame, engine: str) -> str:
 
 # A straggler: the other ranks' waiting for one rank explains at least this share of the
 # time the cell lost against its own 1 worker (of its step, without that baseline), and
-# it is the same rank in at least this share of the runs. Measured here: an idle 2-core
-# machine's 2-worker cells wait 0-15% of their lost time on either rank, a rank under a
-# third of a core's quota makes the others wait 40-90% (docs/why.md#stragglers).
+# it is the same rank in at least this share of the runs. Measured on a 2-core machine
+# (lenet, 2 runs a cell, the three engines): idle, the others wait 0-13% of the lost
+# time on some rank; over a 20 Mbit link 2-11%; beside two busy processes 9-49%, on
+# either rank and none held back alone; a rank under a third of a core's quota, 59-74%,
+# the same rank in 2/2 runs, held back 18-63% of the time (docs/why.md#stragglers).
 STRAGGLER_SHARE = 0.25
 STRAGGLER_RUNS = 2 / 3
-# Starved: a process that had at most this share of the CPU the other ranks' had while
-# working (a quota of a third of a core: about 0.4; a rank slowed by its own threads: 1)
-STARVED = 0.75
-# or its cgroup's CPU quota stopped it for at least this share of the probe's time
-THROTTLED_SHARE = 0.10
+# Starved: stopped by its cgroup's CPU quota for at least this share of the probe, or
+# held back from outside its process (its main thread ready to run but not running, less
+# what its own threads ran meanwhile) at least this share of the time and at least this
+# many times the other ranks' share
+HELD_SHARE = 0.10
+HELD_ALONE = 2.0
 OVERHEAD_UTILISATION = 0.05  # the step below this share of the measured peak: overhead
 STEAL_SHARE = 0.10  # CPU time the hypervisor gave other guests, to be the cause
 
@@ -225,76 +228,67 @@ class Waited:
     """Who waited for whom in one run (the waits probe: runners/protocol/profile.py)."""
 
     rank: int  # the rank the others waited for: the one that waited least
-    ms: float  # the ms an iteration the others waited for it (their mean wait less its own)
+    share: float  # of the time, the others' mean wait less its own: a step loses it too
     own: list[float]  # each rank's own work, mean ms
     own_p90: list[float]
     own_max: list[float]
-    cpu_share: list[float] | None  # the CPU its process had while it worked, per wall second
+    held: list[float]  # each rank's share of the time held back from outside its process
     throttled: float | None = None  # ms its cgroup's CPU quota stopped it during the probe
-    seconds: float | None = None  # the probe's length
+    seconds: float | None = None  # the probe's
 
     @classmethod
-    def of(cls, b: Mapping[str, Any]) -> Waited | None:
-        """The run's waits when its record has them well formed (older records: None)."""
+    def of(cls, b: Mapping[str, Any], timed: Any = None) -> Waited | None:
+        """The run's waits when its record has them well formed (older records: None);
+        `timed`, each rank's held-back share over the timed steps where the record says,
+        stands in for the probe's own (longer: a quota shows however light the probe)."""
         w = b.get("waits") if isinstance(b, Mapping) else None
         if not isinstance(w, Mapping):
             return None
-        own, wait = w.get("own_ms") or {}, w.get("wait_ms") or {}
-        raw: list[Any] = [own.get("mean"), own.get("p90"), own.get("max"), wait.get("mean")]
+        own: Any = w.get("own_ms") or {}
+        raw: list[Any] = [own.get("mean"), own.get("p90"), own.get("max"), w.get("wait_share")]
         if not all(_numbers(c) for c in raw):
             return None
         columns = [[float(x) for x in c] for c in raw]  # each a list of numbers: checked
         if not all(len(c) == len(columns[0]) >= 2 for c in columns):
             return None
-        mean, p90, top, mean_wait = columns
-        rank = int(np.argmin(mean_wait))
-        others = [x for i, x in enumerate(mean_wait) if i != rank]
-        share: Any = w.get("own_cpu_share")
-        cpu = [float(x) for x in share] if _numbers(share) and len(share) == len(mean) else None
+        mean, p90, top, wait = columns
+        # held back: over the timed steps where the record says, else over the probe,
+        # else unknown (none)
+        probe: Any = w.get("held_share")
+        found = [h for h in (timed, probe) if _numbers(h) and len(h) == len(mean)]
+        held = [float(x) for x in found[0]] if found else [0.0] * len(mean)
+        rank = int(np.argmin(wait))
+        others = [x for i, x in enumerate(wait) if i != rank]
         stopped: Any = w.get("throttled_ms")
-        throttled = (
-            stopped[rank] if isinstance(stopped, list) and len(stopped) == len(mean) else None
-        )
-        seconds = w.get("seconds") if isinstance(w.get("seconds"), int | float) else None
-        return cls(
-            rank, float(np.mean(others)) - mean_wait[rank], mean, p90, top, cpu,
-            float(throttled) if isinstance(throttled, int | float) else None, seconds,
-        )  # fmt: skip
+        quota = stopped[rank] if isinstance(stopped, list) and len(stopped) == len(mean) else None
+        share = float(np.mean(others)) - wait[rank]
+        throttled = float(quota) if isinstance(quota, int | float) else None
+        seconds = w.get("seconds")
+        length = float(seconds) if isinstance(seconds, int | float) else None
+        return cls(rank, share, mean, p90, top, held, throttled, length)
 
-    def quota_stopped(self) -> bool:
-        """Whether a CPU quota stopped the rank waited for for a share of the probe."""
-        if self.throttled is None or not self.seconds:
-            return False
-        return self.throttled >= THROTTLED_SHARE * 1e3 * self.seconds
-
-    def starved(self) -> bool | None:
-        """Whether the rank waited for was stopped by a CPU quota, or had clearly less CPU
-        than the others while it worked (None: not measured)."""
-        if self.quota_stopped():
+    def starved(self) -> bool:
+        """Whether something outside its process held the rank waited for back: its
+        cgroup's CPU quota stopped it for a share of the probe, or its main thread was
+        held back for a share of the time, and it alone (busy neighbours everywhere hold
+        every rank back alike)."""
+        if self.throttled and self.seconds and self.throttled >= HELD_SHARE * 1e3 * self.seconds:
             return True
-        if self.cpu_share is None:
-            return None
-        others = [x for i, x in enumerate(self.cpu_share) if i != self.rank]
-        return self.cpu_share[self.rank] <= STARVED * float(np.median(others))
+        others = float(np.median([x for i, x in enumerate(self.held) if i != self.rank]))
+        mine = self.held[self.rank]
+        return mine >= HELD_SHARE and mine >= HELD_ALONE * others
 
     def text(self) -> str:
         others = [x for i, x in enumerate(self.own) if i != self.rank]
+        held = [x for i, x in enumerate(self.held) if i != self.rank]
         out = (
             f"its own work {self.own[self.rank]:.2f} ms mean, p90 "
             f"{self.own_p90[self.rank]:.2f}, max {self.own_max[self.rank]:.2f}, the others' "
-            f"{float(np.mean(others)):.2f} ms mean"
+            f"{float(np.mean(others)):.2f} ms mean; held back from outside its process "
+            f"{self.held[self.rank]:.0%} of the time, the others {float(np.median(held)):.0%}"
         )
-        if self.quota_stopped():
-            out += (
-                f"; its cgroup's CPU quota stopped it {self.throttled:.0f} ms of the "
-                f"{self.seconds:.2f} s measured"
-            )
-        elif self.cpu_share is not None:
-            rest = [x for i, x in enumerate(self.cpu_share) if i != self.rank]
-            out += (
-                f"; its process had {self.cpu_share[self.rank]:.2f} of a core's time while it "
-                f"worked, the others' {float(np.median(rest)):.2f}"
-            )
+        if self.throttled:
+            out += f" (its cgroup's CPU quota stopped it {self.throttled:.0f} ms)"
         return out
 
 
@@ -312,37 +306,43 @@ class WaitedOn:
     rank: int
     runs: int  # runs in which it was the one waited for
     of: int  # runs with waits measured
-    ms: float
+    share: float  # of the time, the others waiting for it (the median over those runs)
     example: Waited
 
     @classmethod
     def of_cell(cls, runs: pd.DataFrame) -> WaitedOn | None:
-        found = [w for w in (Waited.of(b) for b in runs["breakdown"]) if w is not None]
+        timed = [c.get("held") if isinstance(c, dict) else None for c in runs["cpu"]]
+        found = [
+            w
+            for w in (Waited.of(b, t) for b, t in zip(runs["breakdown"], timed, strict=True))
+            if w is not None
+        ]
         if not found:
             return None
         ranks = [w.rank for w in found]
         rank = max(set(ranks), key=ranks.count)
         mine = [w for w in found if w.rank == rank]
-        ms = float(np.median([w.ms for w in mine]))
-        starved = sum(bool(w.starved()) for w in mine)
-        return cls(rank, len(mine), len(found), ms, mine[0], starved)
+        share = float(np.median([w.share for w in mine]))
+        starved = sum(w.starved() for w in mine)
+        return cls(rank, len(mine), len(found), share, mine[0], starved)
 
     starved: int = 0  # runs in which it had clearly less CPU than the others
 
-    def straggles(self, basis: float, on_cpu: bool) -> bool:
+    def straggles(self, step: float, basis: float, on_cpu: bool) -> bool:
         """Whether waiting for one rank explains STRAGGLER_SHARE of the time lost (or of
         the step, without a 1-worker baseline), it is the same rank in most runs, and, on
         CPUs, it was starved of CPU in most of them: a rank slowed by its own engine's
         threads (Horovod's coordinator) is the engine's overhead, not a straggler."""
         often = self.runs >= STRAGGLER_RUNS * self.of
         starved = not on_cpu or self.starved >= STRAGGLER_RUNS * self.runs
-        return often and starved and basis > 0 and self.ms >= STRAGGLER_SHARE * basis
+        return often and starved and basis > 0 and self.share * step >= STRAGGLER_SHARE * basis
 
-    def text(self, basis: float, against: str) -> str:
+    def text(self, step: float, basis: float, against: str) -> str:
+        ms = self.share * step
         return (
-            f"the other ranks wait {self.ms:.2f} ms a step for rank {self.rank} "
-            f"({self.ms / basis:.0%} of the {basis:.2f} ms {against}), in {self.runs}/"
-            f"{self.of} runs; {self.example.text()}"
+            f"the other ranks wait for rank {self.rank} {self.share:.0%} of the time, "
+            f"{ms:.2f} ms of a {step:.2f} ms step ({ms / basis:.0%} of the {basis:.2f} ms "
+            f"{against}), in {self.runs}/{self.of} runs; {self.example.text()}"
         )
 
 
@@ -395,13 +395,13 @@ def verdict(cell: pd.DataFrame, twins: pd.DataFrame, group: Group | None = None)
     waited = WaitedOn.of_cell(runs) if multi else None
     contended = _contention_evidence(runs)
     on_cpu = str(runs["device"].iloc[0]) != "cuda" if "device" in runs else True
-    if waited is not None and waited.straggles(basis, on_cpu):
-        evidence = waited.text(basis, against)
+    if waited is not None and waited.straggles(p.step, basis, on_cpu):
+        evidence = waited.text(p.step, basis, against)
         if contended is not None:  # one rank behind on CPUs others shared too: both said
             evidence += f"; the CPUs were shared as well: {contended}"
         return _verdict("straggler", runs, evidence, group, lost=lost)
     # who waited, when no one rank explains the time lost: evidence, not the verdict
-    spread = "" if waited is None else f"; no straggler: {waited.text(basis, against)}"
+    spread = "" if waited is None else f"; no straggler: {waited.text(p.step, basis, against)}"
     # batches built slower than steps run decide whatever else shares the CPUs
     if np.isfinite(p.input) and p.input >= p.step:
         evidence = (
@@ -409,8 +409,10 @@ def verdict(cell: pd.DataFrame, twins: pd.DataFrame, group: Group | None = None)
             "even a loader overlapping the step could not keep up"
         )
         return _verdict("input-bound", runs, evidence + spread, group)
-    if contended is not None:
-        return _verdict("CPU-contended", runs, contended + spread, group)
+    if contended is not None:  # every rank slowed alike: what it lost is not its own
+        if lost is not None:
+            spread = f"; {_lost_text(lost)}{spread}"
+        return _verdict("CPU-contended", runs, contended + spread, group, lost=lost)
     if multi and not np.isfinite(p.exposed):
         evidence = (
             "no compute-only twin: this cell's compute still includes waiting for its "
@@ -420,6 +422,10 @@ def verdict(cell: pd.DataFrame, twins: pd.DataFrame, group: Group | None = None)
     if lost is not None and group is not None:
         return _scaling(runs, p, lost, group.fastest(runs, p), group, spread)
     return _by_share(runs, p, group, spread)
+
+
+def _lost_text(lost: Split) -> str:
+    return "lost " + lost.text()
 
 
 def _hidden(p: Parts) -> str:
@@ -433,7 +439,7 @@ def _scaling(
     runs: pd.DataFrame, p: Parts, lost: Split, behind: Split | None, group: Group, spread: str
 ) -> Verdict:
     """The verdict of a multi-worker cell from the largest part of its lost time."""
-    evidence = "lost " + lost.text()
+    evidence = _lost_text(lost)
     if behind is not None:
         evidence += f"; behind by {behind.text()}"
     largest = lost.largest()

@@ -222,10 +222,11 @@ def rank_cpu(r: Mapping[str, Any]) -> dict[str, list[float]]:
     """Per rank, from its contention measure: the cores the run's own processes used on
     its machine (`own`), the cores others used there (`others`), the hypervisor's
     `steal` share, the machine's `cpus`, and `per_worker` (its own cores over the
-    workers they held, `workers_counted`). NaN where a rank did not measure."""
+    workers they held, `workers_counted`), and `held`, the share of the timed span its
+    main thread was held back from outside its process. NaN where a rank did not measure."""
     loads = [c for c in r.get("contention") or [] if isinstance(c, dict)]
     if not loads:
-        return {k: [] for k in ("own", "others", "steal", "cpus", "per_worker")}
+        return {k: [] for k in ("own", "others", "steal", "cpus", "per_worker", "held")}
     machine, _ = layouts(r)
     counted = workers_counted(r, len(loads))
     own_seen = [_number(c.get("own_cpu_cores")) for c in loads]
@@ -244,6 +245,8 @@ def rank_cpu(r: Mapping[str, Any]) -> dict[str, list[float]]:
         "steal": [_number(c.get("steal_fraction")) for c in loads],
         "cpus": [_number(c.get("cpu_count")) for c in loads],
         "per_worker": per_worker,
+        # held back from outside its process while timed (a quota, a neighbour on its core)
+        "held": [_number(c.get("held_share")) for c in loads],
     }
 
 

@@ -377,7 +377,7 @@ def _math(knobs: dict[str, Any]) -> str:
 # What the runs cache keeps per record (`_stored_row`), by kind (bench/records/cache.py).
 # Bump FRAME_VERSION when a stored column changes meaning, or the code it is read off
 # (here, bench/tables/derived.py, an engine's comm_threads) computes it differently.
-FRAME_VERSION = 2  # 2: device (the straggler rule reads it)
+FRAME_VERSION = 3  # 2: device; 3: cpu["held"] (the straggler rule reads both)
 _STORED = {
     **dict.fromkeys(["run_id", "status", "kind", "engine_name", "engine_options"], "str"),
     **dict.fromkeys(["pinned", "link", "model", "dataset", "spec", "aa"], "str"),

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.core import machine
+from bench.measure import contention
 from runners.adapters.base import CommProbe, EngineAdapter, PhaseClock
 
 PHASES = ("forward", "backward", "optimizer", "buffers", "step")
@@ -89,79 +89,75 @@ def _gathered(
 WAITS_S_PER_PROFILED_STEP = 0.05
 WAITS_MIN_ITERATIONS = 50
 _CHUNK = 10  # iterations between the ranks' agreement on whether to go on
+_ZERO = np.zeros(1)
 
 
 def waits(adapter: EngineAdapter, batches: Sequence[Any], seconds: float) -> dict[str, Any] | None:
-    """Per rank: its own work's mean, median, p90 and max ms, the mean and p90 ms it
-    waited for the others at the barrier that ends each iteration, the share of
-    iterations it arrived last, and the CPU its process had while it worked. Runs for
-    `seconds` (every rank's mean clock) and WAITS_MIN_ITERATIONS at least, cycling over
-    `batches`."""
+    """Who waits for whom: per rank, its own work (mean, p50, p90, max ms), the share of
+    the time it waited for the others, and the share it was held back by something
+    outside its process. Runs for `seconds` (every rank's mean clock) and
+    WAITS_MIN_ITERATIONS at least, cycling over `batches`.
+
+    A rank's wait is its time inside the collective less the time it was held back there
+    from outside its process (`_held_since`): a rank a CPU quota stops inside the
+    collective was not waiting for anyone. Held back: its main thread's run-queue delay
+    over the probe less the CPU its own other threads had meanwhile (a rank slowed by its
+    own engine's threads, Horovod's coordinator on a full machine, was not held back)."""
     if adapter.world_size < 2 or not batches:
         return None
     adapter.barrier()
-    arrive: list[float] = []
-    leave: list[float] = []
-    # every thread of the process counts (the engine's own included), over the wall
-    # time of the rank's own work
+    own, blocked, stopped = [], [], []
     start = last = time.perf_counter()
-    cpu, own_cpu, own_wall = time.process_time(), 0.0, 0.0
-    throttled = machine.cgroup_throttled_s()  # a CPU quota's stops, where a cgroup says
+    held = contention.Held.now()
     for i, batch in enumerate(itertools.cycle(batches)):
         adapter.local_step(batch)
         adapter.synchronize()
-        arrive.append(time.perf_counter())
-        own_cpu += time.process_time() - cpu
-        own_wall += arrive[-1] - last
-        adapter.barrier()
-        leave.append(last := time.perf_counter())
-        cpu = time.process_time()
+        arrived = time.perf_counter()
+        own.append(arrived - last)
+        before = _held_counters()
+        # a collective on the engine's data path as the meeting point: Paddle's barrier
+        # polls its store, so it would time the polling, not the wait
+        adapter.allreduce_sum(_ZERO)
+        last = time.perf_counter()
+        blocked.append(last - arrived)
+        stopped.append(_held_since(before))
         if (i + 1) % _CHUNK == 0 and i + 1 >= WAITS_MIN_ITERATIONS:
             spent = adapter.allreduce_sum(np.asarray([last - start])) / adapter.world_size
             if float(spent[0]) >= seconds:  # every rank reads the same sum: all stop
                 break
-            cpu, last = time.process_time(), time.perf_counter()
-    k = len(arrive)
-    after = machine.cgroup_throttled_s()
-    stopped = np.nan if throttled is None or after is None else 1e3 * (after - throttled)
-    gathered = adapter.allgather(np.asarray([*arrive, *leave, own_cpu / own_wall, stopped]))
-    one_host = adapter.local_world_size == adapter.world_size  # one clock for every rank
-    found = _waited(gathered[:, :k], gathered[:, k : 2 * k], one_host)
-    # The CPU a rank's process had while it worked, over that work's wall time: a rank a
-    # neighbour starves gets less than the others; one slowed by its own threads
-    # (Horovod's coordinator, rank 0, on a full machine) does not.
-    found["own_cpu_share"] = _finite(gathered[:, 2 * k])
-    # what its cgroup's CPU quota stopped it for, in ms over the probe (None: no cgroup)
-    found["throttled_ms"] = _finite(gathered[:, 2 * k + 1])
-    found["seconds"] = float(np.max(gathered[:, 2 * k - 1] - gathered[:, k]))
-    return found
-
-
-def _waited(arrive: np.ndarray, leave: np.ndarray, one_host: bool) -> dict[str, Any]:
-    """The waits from every rank's arrival and leave times (rows: ranks). On one host the
-    ranks share a clock (perf_counter is the system's monotonic clock); across hosts a
-    rank's offset is the median of its leave times less rank 0's (a barrier lets every
-    rank go at once, but for one stopped just then). A rank's own work is from its last
-    leave to its next arrival."""
-    offset = 0.0 if one_host else np.median(leave - leave[0], axis=1, keepdims=True)
-    arrived = arrive - offset
-    waited = 1e3 * (arrived.max(axis=0) - arrived)  # ms each rank waited for the last
-    own = 1e3 * (arrive[:, 1:] - leave[:, :-1])
-    last = (arrived == arrived.max(axis=0)).mean(axis=1)
+            last = time.perf_counter()  # the agreement is no rank's own work
+    wall = sum(own) + sum(blocked)
+    after = contention.Held.now()
+    shares = after.since(held, wall) if held and after else {}
+    waited = max(0.0, sum(blocked) - sum(stopped)) / wall
+    quota = shares.get("throttled_ms")
+    row = [*_quantiles(1e3 * np.asarray(own)), waited, shares.get("held_share"), quota, wall]
+    gathered = adapter.allgather(np.asarray(row, dtype=np.float64))
     return {
-        "iterations": int(arrive.shape[1]),
-        "own_ms": {
-            "mean": _finite(own.mean(axis=1)),
-            "p50": _finite(np.median(own, axis=1)),
-            "p90": _finite(np.percentile(own, 90, axis=1)),
-            "max": _finite(own.max(axis=1)),
-        },
-        "wait_ms": {
-            "mean": _finite(waited.mean(axis=1)),
-            "p90": _finite(np.percentile(waited, 90, axis=1)),
-        },
-        "last_share": _finite(last),
+        "iterations": len(own),
+        "seconds": float(gathered[:, 7].max()),
+        "own_ms": {k: _finite(gathered[:, i]) for i, k in enumerate(("mean", "p50", "p90", "max"))},
+        "wait_share": _finite(gathered[:, 4]),
+        "held_share": _finite(gathered[:, 5]),  # None where the kernel does not say
+        "throttled_ms": _finite(gathered[:, 6]),  # its cgroup's CPU quota (None: no cgroup)
     }
+
+
+def _held_counters() -> tuple[float, float, float]:
+    return contention.run_delay_s() or 0.0, time.process_time(), time.thread_time()
+
+
+def _held_since(before: tuple[float, float, float]) -> float:
+    """Seconds this thread was held back from outside its process since `before`: its
+    run-queue delay less what its own other threads ran meanwhile (an engine's
+    communication thread taking the core from it inside the collective is its own)."""
+    delay, process, thread = _held_counters()
+    own_threads = (process - before[1]) - (thread - before[2])
+    return max(0.0, delay - before[0] - own_threads)
+
+
+def _quantiles(ms: np.ndarray) -> list[float]:
+    return [float(ms.mean()), *(float(np.percentile(ms, q)) for q in (50, 90)), float(ms.max())]
 
 
 def _median(column: np.ndarray) -> float:
