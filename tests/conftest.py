@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fcntl
 import importlib.util
@@ -241,6 +242,53 @@ def ok_record(proc: subprocess.CompletedProcess[str], recs: list[dict[str, Any]]
     return recs[0]
 
 
+@contextlib.contextmanager
+def machine_turn(factory: pytest.TempPathFactory, alone: bool = False) -> Iterator[None]:
+    """A turn on the machine, under pytest-xdist: shared with the other process's work,
+    or `alone`, waiting until that work ends and keeping new work from starting.
+
+    Files run two at a time (scripts/test.sh), sharing two CPUs. A file marked `alone`
+    (`pytestmark = pytest.mark.alone`: its runs are conditions made on an otherwise
+    quiet machine, and its verdicts read that quiet) takes its turn alone. Two locks in
+    the run's shared temporary root: a turnstile that work passes to start, which a
+    waiting `alone` turn holds so it is not starved, and the machine, held shared by
+    other work and exclusively by an `alone` turn.
+    """
+    global _IN_TURN
+    # one process: every file is alone already; in a turn already (a session fixture
+    # first asked for inside a file's): that turn covers it, and a second lock taken by
+    # this process would wait on its own first one
+    if "PYTEST_XDIST_WORKER" not in os.environ or _IN_TURN:
+        yield
+        return
+    root = factory.getbasetemp().parent  # the run's; each worker's is a folder in it
+    with (root / "turnstile.lock").open("w") as gate, (root / "machine.lock").open("w") as m:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(m, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        if not alone:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        _IN_TURN = "alone" if alone else "shared"
+        try:
+            yield  # both locks released when the files close
+        finally:
+            _IN_TURN = None
+
+
+_IN_TURN: str | None = None
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _machine_turn(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """Each test file's turn on the machine (`machine_turn`). Autouse at module scope, so
+    it is taken before the file's own fixtures (its sweeps) and given back after them;
+    the session's shared fixtures take a turn of their own while they are built."""
+    alone = request.node.get_closest_marker("alone") is not None
+    with machine_turn(tmp_path_factory, alone):
+        yield
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _restore_environment_per_module() -> Iterator[None]:
     """The same for a module's fixtures: one that builds an adapter in-process (the
@@ -281,6 +329,8 @@ def once_per_run(factory: pytest.TempPathFactory, name: str, build: Callable[[Pa
     """
     if "PYTEST_XDIST_WORKER" not in os.environ:
         return build(factory.mktemp(name))
+    if _IN_TURN == "alone":  # the builder may be waiting for this turn to end
+        raise RuntimeError(f"a file marked alone cannot use the run's shared {name!r}")
     root = factory.getbasetemp().parent  # the run's; each worker's is a folder in it
     with (root / f"{name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
@@ -290,7 +340,8 @@ def once_per_run(factory: pytest.TempPathFactory, name: str, build: Callable[[Pa
         folder = root / name
         shutil.rmtree(folder, ignore_errors=True)  # what a failed build left
         folder.mkdir()
-        value = build(folder)
+        with machine_turn(factory):  # session fixtures are built before a file's turn
+            value = build(folder)
         part = built.with_suffix(".part")
         part.write_bytes(pickle.dumps(value))
         part.replace(built)  # whole or absent, should this process die mid-write

@@ -98,3 +98,65 @@ def test_two_workers_share_one_build_and_a_failed_build_is_retried(tmp_path: Pat
     assert {(pid, folder) for _, pid, folder in saw} == {(built[0], saw[0][2])}, lines
     tried = [line.split()[1] for line in lines if line.startswith("tried")]
     assert len(tried) == 2 and tried[0] != tried[1], lines  # the second worker built anew
+
+
+TURN_CONFTEST = """
+from tests.conftest import _machine_turn  # noqa: F401  (the autouse fixture under test)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "alone: the file runs with the machine to itself")
+"""
+
+TURN_TEST = """
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+{mark}
+LOG = Path(os.environ["TURN_LOG"])
+
+
+@pytest.mark.parametrize("i", range(3))
+def test_sleeps(i):
+    start = time.monotonic()
+    time.sleep(0.5)
+    with LOG.open("a") as log:
+        log.write(f"{{__name__}} {{start}} {{time.monotonic()}}\\n")
+"""
+
+
+def test_a_file_marked_alone_runs_with_no_other_file_beside_it(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "conftest.py").write_text(TURN_CONFTEST)
+    (suite / "test_alone.py").write_text(TURN_TEST.format(mark="pytestmark = pytest.mark.alone"))
+    for name in ("test_a", "test_b"):  # one runs beside the alone file, without the turn
+        (suite / f"{name}.py").write_text(TURN_TEST.format(mark=""))
+    log = tmp_path / "log"
+    env = {**os.environ, "TURN_LOG": str(log), "PYTHONPATH": str(ROOT)}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-n",
+        "2",
+        "--dist",
+        "loadfile",
+        "-p",
+        "no:cacheprovider",
+    ]
+    argv += ["-q", "--basetemp", str(tmp_path / "base"), str(suite)]
+    proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert "9 passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    spans = [line.split() for line in log.read_text().splitlines()]
+    alone = [(float(a), float(b)) for name, a, b in spans if name == "test_alone"]
+    others = [(float(a), float(b)) for name, a, b in spans if name != "test_alone"]
+    assert len(alone) == 3 and len(others) == 6, spans
+    first, last = min(a for a, _ in alone), max(b for _, b in alone)
+    # no other test ran between the alone file's first start and its last end
+    beside = [(a, b) for a, b in others if a < last and b > first]
+    assert not beside, (alone, others)

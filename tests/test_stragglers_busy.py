@@ -1,0 +1,41 @@
+"""Busy neighbours slow every rank alike: CPU-contended, not a straggler.
+
+Two processes spinning beside the run (`python -c 'while True: pass'` x2), made outside
+the suite as an operator meets them. Whatever else the machine runs meanwhile only adds
+to the contention, so unlike tests/test_stragglers.py's conditions this one needs no
+quiet machine.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.test_stragglers import ENGINES, sweep, verdicts
+
+pytestmark = pytest.mark.distributed
+
+
+@pytest.fixture(scope="module")
+def busy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One run a cell, two processes spinning beside every one of them."""
+    results = tmp_path_factory.mktemp("busy") / "res"
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        sweep(results, "--workers", "1,2", "--repeats", "1")
+    finally:
+        for p in burners:
+            p.kill()
+            p.wait()
+    yield results
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_busy_neighbours_slow_every_rank_alike(busy: Path, engine: str) -> None:
+    row = verdicts(busy).loc[engine]
+    assert row["verdict"] == "CPU-contended", row["evidence"]
+    assert row["evidence"].startswith("other processes used"), row["evidence"]
