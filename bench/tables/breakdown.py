@@ -204,12 +204,16 @@ def _single(ok: pd.DataFrame, engine: str) -> str:
 # the same rank in 2/2 runs, held back 18-63% of the time (docs/why.md#stragglers).
 STRAGGLER_SHARE = 0.25
 STRAGGLER_RUNS = 2 / 3
+STRAGGLER_MIN_RUNS = 2  # "the same rank in most runs" needs runs to say it
 # Starved: stopped by its cgroup's CPU quota for at least this share of the probe, or
 # held back from outside its process (its main thread ready to run but not running, less
 # what its own threads ran meanwhile) at least this share of the time and at least this
 # many times the other ranks' share
 HELD_SHARE = 0.10
 HELD_ALONE = 2.0
+# or slower at its own work than the others by at least this share of what they wait
+# for it an iteration (a rank delayed inside its process: a slow loader, a pause)
+OWN_EXPLAINS = 0.5
 OVERHEAD_UTILISATION = 0.05  # the step below this share of the measured peak: overhead
 STEAL_SHARE = 0.10  # CPU time the hypervisor gave other guests, to be the cause
 
@@ -235,6 +239,7 @@ class Waited:
     held: list[float]  # each rank's share of the time held back from outside its process
     throttled: float | None = None  # ms its cgroup's CPU quota stopped it during the probe
     seconds: float | None = None  # the probe's
+    iterations: int | None = None  # the probe's
 
     @classmethod
     def of(cls, b: Mapping[str, Any], timed: Any = None) -> Waited | None:
@@ -265,7 +270,23 @@ class Waited:
         throttled = float(quota) if isinstance(quota, int | float) else None
         seconds = w.get("seconds")
         length = float(seconds) if isinstance(seconds, int | float) else None
-        return cls(rank, share, mean, p90, top, held, throttled, length)
+        count: Any = w.get("iterations")
+        iterations = int(count) if isinstance(count, int) and count > 0 else None
+        return cls(rank, share, mean, p90, top, held, throttled, length, iterations)
+
+    def alone(self) -> bool:
+        """Whether the rank waited for was behind on its own, not as one of many ranks
+        slowed alike: held back from outside (`starved`), or slower at its own work."""
+        return self.starved() or self.slower()
+
+    def slower(self) -> bool:
+        """Whether its own work, slower than the others' by OWN_EXPLAINS of what they
+        wait for it an iteration, explains their waiting."""
+        if not self.seconds or not self.iterations:
+            return False
+        waited = self.share * 1e3 * self.seconds / self.iterations
+        others = float(np.mean([x for i, x in enumerate(self.own) if i != self.rank]))
+        return waited > 0 and self.own[self.rank] - others >= OWN_EXPLAINS * waited
 
     def starved(self) -> bool:
         """Whether something outside its process held the rank waited for back: its
@@ -323,19 +344,21 @@ class WaitedOn:
         rank = max(set(ranks), key=ranks.count)
         mine = [w for w in found if w.rank == rank]
         share = float(np.median([w.share for w in mine]))
-        starved = sum(w.starved() for w in mine)
-        return cls(rank, len(mine), len(found), share, mine[0], starved)
+        alone = sum(w.alone() for w in mine)
+        return cls(rank, len(mine), len(found), share, mine[0], alone)
 
-    starved: int = 0  # runs in which it had clearly less CPU than the others
+    alone: int = 0  # runs in which it was behind on its own (Waited.alone)
 
     def straggles(self, step: float, basis: float, on_cpu: bool) -> bool:
         """Whether waiting for one rank explains STRAGGLER_SHARE of the time lost (or of
-        the step, without a 1-worker baseline), it is the same rank in most runs, and, on
-        CPUs, it was starved of CPU in most of them: a rank slowed by its own engine's
-        threads (Horovod's coordinator) is the engine's overhead, not a straggler."""
-        often = self.runs >= STRAGGLER_RUNS * self.of
-        starved = not on_cpu or self.starved >= STRAGGLER_RUNS * self.runs
-        return often and starved and basis > 0 and self.share * step >= STRAGGLER_SHARE * basis
+        the step, without a 1-worker baseline), it is the same rank in most of at least
+        STRAGGLER_MIN_RUNS runs, and, on CPUs, it was behind on its own in most of them:
+        on cores every rank shares, busy neighbours hold some rank back in each run, and
+        a rank slowed by its own engine's threads (Horovod's coordinator) is the
+        engine's overhead, not a straggler."""
+        often = self.of >= STRAGGLER_MIN_RUNS and self.runs >= STRAGGLER_RUNS * self.of
+        alone = not on_cpu or self.alone >= STRAGGLER_RUNS * self.runs
+        return often and alone and basis > 0 and self.share * step >= STRAGGLER_SHARE * basis
 
     def text(self, step: float, basis: float, against: str) -> str:
         ms = self.share * step
