@@ -114,10 +114,17 @@ def ab(args: argparse.Namespace) -> int:
         start = time.monotonic()
         counted = [] if args.timed_only else count(work, base_rev, plain, reports, args)
         timed: tuple[list[perfgate.Change], stats.Estimate | None] | None = None
-        if not args.counted_only:
+        if any(c.regressed for c in counted):
+            # decided: the gate fails whatever the times say, so CI need not wait for them
+            print("perf: a count regressed, so the steps are not timed (--timed-only times them)")
+        elif not args.counted_only:
             left = args.budget_s - (time.monotonic() - start)
-            timed = time_pairs(base_rev, {"base": (base_tree, plain), "new": (ROOT, dict(os.environ))},
-                               reports, left, args)  # fmt: skip
+            sides = {"base": (base_tree, plain), "new": (ROOT, dict(os.environ))}
+            if left > 0:
+                timed = time_pairs(base_rev, sides, reports, left, args)
+            else:
+                print(f"perf: the counts spent the budget ({args.budget}): the steps are "
+                      "UNDECIDED, not timed")  # fmt: skip
         print(f"perf: the gate took {time.monotonic() - start:.0f} s")
         return verdict(counted, timed, args)
     finally:
@@ -195,17 +202,17 @@ def stop(
     got: dict[str, list[perfgate.Launch]], pairs: int, spent: float, budget_s: float,
     args: argparse.Namespace,
 ) -> bool:  # fmt: skip
-    """At a look: stop when settled, or when the next look would overrun the budget."""
-    if pairs not in perfgate.LOOKS:
-        return False
-    found = perfgate.sequential_changes(got["base"], got["new"], args.threshold)
-    undecided = [c.name for c in found if c.outcome == perfgate.UNDECIDED]
-    print(f"perf: look at {pairs} pairs ({spent:.0f} s): "
-          + (f"{len(undecided)} undecided" if undecided else "every benchmark decided"),
-          flush=True)  # fmt: skip
-    if perfgate.settled(found):
-        return True
+    """After each pair: stop at a look when settled, or when the next look would end
+    after the budget (at the pace so far), the first look included."""
     later = [k for k in perfgate.LOOKS if k > pairs]
+    if pairs in perfgate.LOOKS:
+        found = perfgate.sequential_changes(got["base"], got["new"], args.threshold)
+        undecided = [c.name for c in found if c.outcome == perfgate.UNDECIDED]
+        print(f"perf: look at {pairs} pairs ({spent:.0f} s): "
+              + (f"{len(undecided)} undecided" if undecided else "every benchmark decided"),
+              flush=True)  # fmt: skip
+        if perfgate.settled(found):
+            return True
     if later and spent + (later[0] - pairs) * spent / pairs > budget_s:
         print(f"perf: the next look ({later[0]} pairs) would overrun the budget ({args.budget})")
         return True

@@ -250,8 +250,9 @@ def trim_heap() -> None:
     """glibc's malloc_trim: free chunks merged and returned. What ran before a region
     (the runner's probes read /proc, whose contents change from run to run) leaves
     malloc's free lists different each time, and malloc's search through them made the
-    runner's count differ by 0.1% between identical runs; after a trim, by 0.07% in one
-    run of four and not at all in the others."""
+    runner's count differ by 0.1% between identical runs (measured with address
+    randomisation on); after a trim, by 0.07% in one run of four and not at all in the
+    others."""
     with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
