@@ -35,6 +35,7 @@ import ctypes
 import dataclasses
 import gc
 import io
+import itertools
 import json
 import os
 import sys
@@ -54,7 +55,8 @@ RECORDS = 400
 # Epochs the runner's benchmark counts, after one uncounted (of the spec's 10)
 EPOCHS = 8
 EXTRA = "BENCH_PERF_EXTRA_WORK"
-PAD_CALIBRATION = 100_000  # busy-loop iterations counted to learn one iteration's cost
+PAD_CALIBRATION = 100_000  # busy-loop iterations a calibration of the injected work runs
+CHUNK = 64  # fewest busy-loop iterations a unit's injected work runs at once
 
 
 def _nothing() -> None:
@@ -74,20 +76,23 @@ class Benchmark:
     owed: float = 0.0  # the fraction of an iteration the units so far fell short by
 
     def pad_unit(self) -> None:
-        """One unit's injected iterations; fractions carried over, so that the run adds
-        `units` x `pad` iterations in all, not that rounded each time."""
+        """One unit's injected iterations, run in chunks of at least CHUNK once they are
+        owed: a unit pays its share without a call of its own each time."""
         self.owed += self.pad
-        whole = int(self.owed)
-        self.owed -= whole
-        busy(whole)
+        if self.owed >= CHUNK:
+            whole = int(self.owed)
+            self.owed -= whole
+            busy(whole)
 
 
 def busy(n: int) -> int:
-    """The injected work: n iterations of integer arithmetic, the same count each time."""
-    total = 0
-    for i in range(n):
-        total += i & 7
-    return total
+    """The injected work: n iterations of the same few instructions. Nothing an iteration
+    makes depends on n (no counter past the small integers CPython keeps, no new
+    objects), so an iteration costs as much in a call of 5 as in a call of 100,000."""
+    bit = 0
+    for _ in itertools.repeat(None, n):
+        bit ^= 1
+    return bit
 
 
 def sample_records(path: Path, n: int = RECORDS) -> Path:
@@ -267,26 +272,47 @@ def extra_work(names: list[str]) -> dict[str, float]:
 
 
 def measure(bench: Benchmark, regions: Regions, extra: float) -> None:
-    """Warm up, then count `bench`; with `extra`, its injected work is sized on a
-    calibration region of the path and on one of the busy loop, counted first."""
+    """Warm up, then count `bench`; with `extra`, with its injected work (`inject`)."""
     bench.before()
     bench.run()
     if extra:
-        if regions.dumps is None:
-            sys.exit(f"perfcount_work: {EXTRA} needs --dumps (a run under callgrind)")
-        bench.before()
-        path = regions.count(f"{bench.name}:calibration", bench.run) or 0
-        loop = regions.count("busy:calibration", lambda: busy(PAD_CALIBRATION)) or 0
-        bench.pad = extra * path / (loop / PAD_CALIBRATION) / bench.units
+        inject(bench, regions, extra)
     bench.before()
     counted = bench.run
-    if bench.pad and bench.units == 1:  # else the unit (a step) runs the pad itself
+    if bench.pad and bench.units == 1:  # else each unit (a step) runs its share itself
 
         def counted() -> None:
             bench.run()
             bench.pad_unit()
 
     regions.count(bench.name, counted)
+
+
+def inject(bench: Benchmark, regions: Regions, extra: float) -> None:
+    """Size `bench.pad` so that its units add `extra` x the path's own count in all.
+
+    Three calibration regions: the path itself, then its units' injected calls with no
+    iterations and with PAD_CALIBRATION of them in all. A unit's cost is linear in its
+    iterations, and the two give the line: a step of runner_steps pays about as much to
+    account for its share as 5% of the step is, which sizing on the loop's iterations
+    alone left out (5% asked for added 8%)."""
+    if regions.dumps is None:
+        sys.exit(f"perfcount_work: {EXTRA} needs --dumps (a run under callgrind)")
+    bench.before()
+    target = extra * (regions.count(f"{bench.name}:calibration", bench.run) or 0) / bench.units
+
+    def units() -> None:
+        for _ in range(bench.units):
+            bench.pad_unit()
+
+    costs = []
+    for pad in (0.0, PAD_CALIBRATION / bench.units):
+        bench.pad, bench.owed = pad, 0.0
+        costs.append((regions.count(f"pad{pad:g}:calibration", units) or 0) / bench.units)
+    per_iteration = (costs[1] - costs[0]) / bench.pad
+    if target < costs[0]:
+        sys.exit(f"perfcount_work: {extra:.0%} of {bench.name} is less than its units' calls")
+    bench.pad, bench.owed = (target - costs[0]) / per_iteration, 0.0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -108,32 +108,39 @@ def test_a_regression_names_the_functions_that_grew_most() -> None:
 
 
 def test_injected_work_is_sized_on_the_paths_own_count(monkeypatch: pytest.MonkeyPatch) -> None:
-    """BENCH_PERF_EXTRA_WORK=0.05: 5% of the path's calibrated count, as busy-loop
-    iterations, after the path (a unit of one) or inside each of its units (steps)."""
+    """BENCH_PERF_EXTRA_WORK=0.05: 5% of the path's calibrated count in all, as busy-loop
+    iterations after the path (a unit of one) or inside each of its units (steps), what
+    each unit's call costs besides its iterations taken off."""
+    steps = perfcount_work.Benchmark("steps", lambda: None, units=40)
 
     class Counted(perfcount_work.Regions):
         def count(self, label: str, fn: object) -> int:
             self.labels.append(label)
-            return (
-                perfcount_work.PAD_CALIBRATION * 120 if label == "busy:calibration" else 4_800_000
-            )
+            if label.startswith("pad"):  # 40 units: 600 each besides 120 an iteration
+                return round(40 * (600 + 120 * steps.pad))
+            return 4_800_000
 
     monkeypatch.setenv(perfcount_work.EXTRA, "0.05")
     monkeypatch.setenv(f"{perfcount_work.EXTRA}_IN", "steps")
     assert perfcount_work.extra_work(["load", "steps"]) == {"steps": 0.05}
-    steps = perfcount_work.Benchmark("steps", lambda: None, units=40)
     regions = Counted("dumps")
     perfcount_work.measure(steps, regions, 0.05)
-    # 5% of 4.8 M is 240,000 instructions: 2,000 iterations of 120, 50 in each of 40 steps
-    assert steps.pad == pytest.approx(50)
-    assert regions.labels == ["steps:calibration", "busy:calibration", "steps"]
-    # a share that is no whole number of iterations is carried from step to step
+    # 5% of 4.8 M is 240,000 instructions, 6,000 a step: 600 for the call, then 45 of 120
+    assert steps.pad == pytest.approx(45)
+    assert regions.labels == [
+        "steps:calibration",
+        "pad0:calibration",
+        "pad2500:calibration",
+        "steps",
+    ]
+    # a share that is no whole number of iterations is carried from step to step, and
+    # run once CHUNK iterations are owed
     done: list[int] = []
     monkeypatch.setattr(perfcount_work, "busy", done.append)
-    steps.pad = 2.5
-    for _ in range(4):
+    steps.pad, steps.owed = 25.5, 0.0
+    for _ in range(6):
         steps.pad_unit()
-    assert done == [2, 3, 2, 3]
+    assert done == [76, 77]
     monkeypatch.setenv(f"{perfcount_work.EXTRA}_IN", "nothing")
     with pytest.raises(ValueError, match="nothing"):
         perfcount_work.extra_work(["load", "steps"])
