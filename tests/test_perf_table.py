@@ -56,3 +56,33 @@ def test_a_folder_without_gate_runs_is_an_error(
     monkeypatch.setattr(sys, "argv", ["perf_table", str(tmp_path)])
     with pytest.raises(SystemExit, match="no gate runs found"):
         perf_table.main()
+
+
+def test_the_counts_table_replays_each_run_and_gives_each_benchmarks_spread(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    perf_table = script("perf_table", monkeypatch)
+    runs = {
+        "same-1": ({"load": 1000, "compare": 5000}, {"load": 1001, "compare": 4990}),
+        "same-2": ({"load": 1002, "compare": 5000}, {"load": 1001, "compare": 5010}),
+        "more-compare-1": ({"load": 1000, "compare": 5005}, {"load": 1001, "compare": 5255}),
+    }
+    for name, (base, new) in runs.items():
+        (tmp_path / "out" / name).mkdir(parents=True)
+        (tmp_path / "out" / name / "counts.json").write_text(json.dumps({"base": base, "new": new}))
+    csv = tmp_path / "counts.csv"
+    monkeypatch.setattr(
+        sys, "argv", ["perf_table", str(tmp_path / "out"), "--counts-csv", str(csv)]
+    )
+    assert perf_table.main() == 0
+    table = capsys.readouterr().out
+    assert "| gate run | compare | load | counted verdict |" in table
+    assert "| same 1 | -0.20% | +0.10% | pass |" in table
+    assert "| more-compare 1 | +5.00% | +0.10% | FAIL: compare |" in table
+    # the injected run's new compare is not in compare's spread; its base, and its load, are
+    assert "| compare | new | 2 | 4,990 | 5,010 | 0.401% |" in table
+    assert "| compare | base | 3 | 5,000 | 5,005 | 0.100% |" in table
+    assert "| load | new | 3 | 1,001 | 1,001 | 0.000% |" in table
+    monkeypatch.setattr(sys, "argv", ["perf_table", "--from-counts-csv", str(csv)])
+    assert perf_table.main() == 0
+    assert capsys.readouterr().out == table

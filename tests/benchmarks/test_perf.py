@@ -1,8 +1,12 @@
 """Performance regression checks (pytest-benchmark).
 
 In the normal test run these execute once each (--benchmark-disable) as smoke
-tests; `scripts/perf.sh` times them for real, alternating a base revision and the
-working tree (scripts/perfgate.py decides). Every benchmark stores engine,
+tests; pytest-benchmark's own flags time them (tests/conftest.py). `scripts/perf.sh`
+times the training steps and the calibration for real, alternating a base revision
+and the working tree (scripts/perfgate.py decides); loading and comparing records it
+counts in instructions instead (scripts/perfcount_work.py, the same paths on the same
+kind of records): deterministic work, whose time swung by 25% between launches on a
+shared VM while its count moves by less than 0.1%. Every benchmark stores engine,
 model and versions in extra_info, and measures one thing: its set-up (files,
 caches, models) happens outside the timed rounds, and one warm-up round is run
 and discarded, so first-round effects (imports, cold caches, lazily built
