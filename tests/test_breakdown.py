@@ -27,7 +27,7 @@ from bench.tables import breakdown, compare, derived
 from bench.tables.frame import frame
 from runners.adapters.base import union_seconds
 from tests import shared_sweep as shared
-from tests.conftest import ok_record, run_bench, run_engine
+from tests.conftest import NO_EXTRA_WINDOWS, ok_record, run_bench, run_engine
 from tests.shared_sweep import SharedSweep
 
 
@@ -375,7 +375,16 @@ def test_records_without_a_breakdown_give_no_table_and_no_verdict() -> None:
 
 # --- constructed cases: real runs, one cause each --------------------------------------
 
-QUICK = ("--epochs", "1", "--repeats", "1", "--no-compare", "--profile-steps", "10")
+QUICK = (
+    "--epochs",
+    "1",
+    "--repeats",
+    "1",
+    "--no-compare",
+    "--profile-steps",
+    "10",
+    *NO_EXTRA_WINDOWS,
+)
 
 
 def _verdicts(results: Path) -> dict[tuple[str, int], str]:

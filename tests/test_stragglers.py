@@ -32,11 +32,12 @@ from bench import records
 from bench.launch import netns
 from bench.tables import compare
 from tests import cgroup
-from tests.conftest import run_bench
+from tests.conftest import NO_EXTRA_WINDOWS, run_bench
 
 ENGINES = ("ddp", "horovod", "paddle")
 SWEEP: tuple[str, ...] = ("--engines", ",".join(ENGINES), "--models", "mlp")
 SWEEP += ("--max-steps", "30", "--warmup-steps", "2", "--profile-steps", "10", "--no-compare")
+SWEEP += tuple(NO_EXTRA_WINDOWS)  # the verdicts read the profiled steps and the probes
 # The whole file runs in its own turn on the machine; a turn may first wait for the file
 # running beside it to end, which counts against the time-out.
 pytestmark = [pytest.mark.alone, pytest.mark.distributed, pytest.mark.timeout(1800)]
