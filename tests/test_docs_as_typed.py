@@ -90,9 +90,13 @@ EXCLUDED = {
     "tc qdisc replace dev bench0 root tbf rate RATE burst B latency 10ms": NETNS,
     "bash scripts/perf.sh": PERF,
     "bash scripts/perf.sh --base HEAD~3": PERF,
-    "bash scripts/perf.sh --base-file .ci/perf-base": PERF,
+    "bash scripts/perf.sh --base-file .ci/perf-base --budget 6m": PERF,
     "BENCH_PERF_SLOWDOWN=0.15 BENCH_PERF_SLOWDOWN_ENGINE=ddp bash scripts/perf.sh --base HEAD": PERF,
     "bash scripts/perf_calibrate.sh DIR 10": f"twenty gate runs, hours; DIR a placeholder. {PERF}",
+    # as the page's line reads once its quotes are parsed
+    "KINDS=same more-bench_compare more-runner_steps BUDGET=6m bash scripts/perf_calibrate.sh DIR 5": (
+        f"fifteen gate runs, most of an hour; DIR a placeholder. {PERF}"
+    ),
 }
 # A code other than 0 that a page gives: (code, the page's words, what the output says).
 EXIT = {
@@ -100,6 +104,11 @@ EXIT = {
         2,
         "and exits 2 (nothing was compared)",
         "no cell is present in both results/reference/cpu-2core-digits and results",
+    ),
+    "BENCH_PERF_EXTRA_WORK=0.05 BENCH_PERF_EXTRA_WORK_IN=bench_compare bash scripts/perf.sh --base HEAD": (
+        1,
+        "bench compare doing 5% more work: must fail",
+        "REGRESSION in instructions beyond +2%: bench_compare",
     ),
 }
 # usage.md's words for what a root user adds to mpirun (the tests run as root in CI)
@@ -346,7 +355,8 @@ def test_every_command_shown_is_run_or_excluded_by_name() -> None:
 
 
 def test_the_codes_and_offers_are_the_pages_own() -> None:
-    text = " ".join((REFERENCE / "README.md").read_text().split())
+    pages = [REFERENCE / "README.md", *DOCS]
+    text = " ".join(" ".join(page.read_text().split()) for page in pages)
     for _code, words, _said in EXIT.values():
         assert words in text, words
     assert AS_ROOT in " ".join((ROOT / "docs" / "usage.md").read_text().split())

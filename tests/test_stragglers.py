@@ -157,5 +157,7 @@ def idle(one_worker: Path) -> Path:
 @pytest.mark.parametrize("engine", ENGINES)
 def test_nothing_else_running_makes_no_straggler(idle: Path, engine: str) -> None:
     row = verdicts(idle).loc[engine]
-    assert row["verdict"] not in ("straggler", "CPU-contended"), row["evidence"]
-    assert "no straggler" in row["evidence"]
+    # "nothing else" is the suite's side: a CI machine's own daemons may still take a
+    # fifth of a core and more over a short run, which the verdict rightly says
+    assert row["verdict"] != "straggler", row["evidence"]
+    assert "no straggler: " in row["evidence"]
