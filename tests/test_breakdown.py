@@ -166,6 +166,11 @@ def test_each_verdict_fires_on_its_own_evidence_and_only_there() -> None:
     assert v.name == "straggler"
     assert "wait for rank 1 62% of the time, 6.25 ms of a 10.00 ms step (62% of" in v.evidence
     assert "in 2/2 runs" in v.evidence and "from outside its process 50% of the time" in v.evidence
+    # a kernel that gave no scheduling delays: held back reads "-", not 0%
+    unknown = _profiled([1.0, 6.0], [2.0, 2.0], [0.5, 0.5], [8.0, 8.0], held=[0.0, 0.5])
+    del unknown["waits"]["held_share"]
+    v = _verdict(_cell(_row(breakdown=unknown), _row(breakdown=unknown)), TWIN)
+    assert "held back from outside its process - (not measured" in v.evidence, v.evidence
     # one run cannot say the same rank is behind in most runs
     assert _verdict(_cell(_row(breakdown=slow)), TWIN).name == "communication-bound"
     # as slow and not held back: slower at its own work (a loader, a pause), a straggler

@@ -236,7 +236,9 @@ class Waited:
     own: list[float]  # each rank's own work, mean ms
     own_p90: list[float]
     own_max: list[float]
-    held: list[float]  # each rank's share of the time held back from outside its process
+    # each rank's share of the time held back from outside its process (None: the kernel
+    # did not say)
+    held: list[float] | None
     throttled: float | None = None  # ms its cgroup's CPU quota stopped it during the probe
     seconds: float | None = None  # the probe's
     iterations: int | None = None  # the probe's
@@ -258,10 +260,10 @@ class Waited:
             return None
         mean, p90, top, wait = columns
         # held back: over the timed steps where the record says, else over the probe,
-        # else unknown (none)
+        # else not measured
         probe: Any = w.get("held_share")
         found = [h for h in (timed, probe) if _numbers(h) and len(h) == len(mean)]
-        held = [float(x) for x in found[0]] if found else [0.0] * len(mean)
+        held = [float(x) for x in found[0]] if found else None
         rank = int(np.argmin(wait))
         others = [x for i, x in enumerate(wait) if i != rank]
         stopped: Any = w.get("throttled_ms")
@@ -295,19 +297,26 @@ class Waited:
         every rank back alike)."""
         if self.throttled and self.seconds and self.throttled >= HELD_SHARE * 1e3 * self.seconds:
             return True
+        if self.held is None:
+            return False
         others = float(np.median([x for i, x in enumerate(self.held) if i != self.rank]))
         mine = self.held[self.rank]
         return mine >= HELD_SHARE and mine >= HELD_ALONE * others
 
     def text(self) -> str:
         others = [x for i, x in enumerate(self.own) if i != self.rank]
-        held = [x for i, x in enumerate(self.held) if i != self.rank]
         out = (
             f"its own work {self.own[self.rank]:.2f} ms mean, p90 "
             f"{self.own_p90[self.rank]:.2f}, max {self.own_max[self.rank]:.2f}, the others' "
             f"{float(np.mean(others)):.2f} ms mean; held back from outside its process "
-            f"{self.held[self.rank]:.0%} of the time, the others {float(np.median(held)):.0%}"
         )
+        if self.held is None:
+            out += "- (not measured: the kernel gave no per-thread scheduling delays)"
+        else:
+            held = [x for i, x in enumerate(self.held) if i != self.rank]
+            out += (
+                f"{self.held[self.rank]:.0%} of the time, the others {float(np.median(held)):.0%}"
+            )
         if self.throttled:
             out += f" (its cgroup's CPU quota stopped it {self.throttled:.0f} ms)"
         return out
