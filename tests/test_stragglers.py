@@ -9,7 +9,10 @@ engine's 2-worker verdict must name its cause:
   condition needs no quiet machine);
 - the two workers across a link shaped to 20 Mbit (`--emulate-link`): communication;
 - nothing else running: no straggler.
-The runs are short mlp runs; the rule's thresholds are docs/why.md's. Each condition's
+The runs are short mlp runs; the rule's thresholds are docs/why.md's. Only the slow link's
+verdict names a part of the time lost, which needs the compute-only twins; the quota's
+and the idle machine's runs skip them (`--no-comm-cost`: half the launches of a file
+that has the machine to itself). Each condition's
 2-worker runs are measured against the same 1-worker runs, made on the quiet machine. The
 file runs alone (`alone`: under pytest-xdist the other process waits), since every verdict
 reads what else used the CPUs.
@@ -107,7 +110,7 @@ def quota(one_worker: Path) -> Iterator[Path]:
         mover = threading.Thread(target=_move_rank_one, args=(procs, stop), daemon=True)
         mover.start()
         try:
-            sweep(results, "--workers", "2", "--repeats", "2")
+            sweep(results, "--workers", "2", "--repeats", "2", "--no-comm-cost")
         finally:
             stop.set()
             mover.join()
@@ -150,7 +153,7 @@ def test_a_slow_link_is_communication_not_a_straggler(slow_link: Path, engine: s
 def idle(one_worker: Path) -> Path:
     """One 2-worker run an engine, nothing else running."""
     results = _condition(one_worker, "idle")
-    sweep(results, "--workers", "2", "--repeats", "1")
+    sweep(results, "--workers", "2", "--repeats", "1", "--no-comm-cost")
     return results
 
 
