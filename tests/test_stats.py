@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -67,6 +69,18 @@ def test_order_statistic_ranks_and_coverage() -> None:
     assert order_coverage(10) == pytest.approx(1 - 2 * 11 / 1024)
     est = stats.estimate([10.0, 1.0, 9.0, 2.0, 8.0, 3.0, 7.0, 4.0, 6.0, 5.0])
     assert (est.low, est.high, est.method) == (2.0, 9.0, "order-statistic")
+
+
+def test_order_ranks_of_many_runs_are_exact_and_cheap() -> None:
+    # the largest k whose tail P(B <= k - 1) stays within 2.5%, from the binomial directly
+    def direct(n: int) -> int | None:
+        tails = itertools.accumulate(math.comb(n, j) for j in range(n // 2))
+        return sum(1 for t in tails if t * 40 <= 2**n) or None
+
+    assert all(stats.order_rank(n) == direct(n) for n in (*range(1, 80), 301, 1000, 2047))
+    # a cell of 20,000 runs (a year of nightly sweeps shared): about n/2 - 0.98 sqrt(n)
+    k = stats.order_rank(20_000)
+    assert k is not None and abs(k - (10_000 - 0.98 * math.sqrt(20_000))) < 2
 
 
 def test_t_quantiles_match_tables() -> None:
