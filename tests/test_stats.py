@@ -71,7 +71,7 @@ def test_order_statistic_ranks_and_coverage() -> None:
     assert (est.low, est.high, est.method) == (2.0, 9.0, "order-statistic")
 
 
-def test_order_ranks_of_many_runs_are_exact_and_cheap() -> None:
+def test_order_ranks_are_exact_for_cells_of_any_size() -> None:
     # the largest k whose tail P(B <= k - 1) stays within 2.5%, from the binomial directly
     def direct(n: int) -> int | None:
         tails = itertools.accumulate(math.comb(n, j) for j in range(n // 2))

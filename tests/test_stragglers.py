@@ -9,13 +9,13 @@ engine's 2-worker verdict must name its cause:
   condition needs no quiet machine);
 - the two workers across a link shaped to 20 Mbit (`--emulate-link`): communication;
 - nothing else running: no straggler.
-The runs are short mlp runs; the rule's thresholds are docs/why.md's. Only the slow link's
-verdict names a part of the time lost, which needs the compute-only twins; the quota's
-and the idle machine's runs skip them (`--no-comm-cost`: half the launches of a file
-that has the machine to itself). Each condition's
-2-worker runs are measured against the same 1-worker runs, made on the quiet machine. The
-file runs alone (`alone`: under pytest-xdist the other process waits), since every verdict
-reads what else used the CPUs.
+The runs are short mlp runs; the rule's thresholds are docs/why.md's. Only the slow
+link's verdict names a part of the time lost, which needs the compute-only twins; the
+quota's and the idle machine's runs skip them (`--no-comm-cost`: half the launches of a
+file that has the machine to itself). Each condition's 2-worker runs are measured
+against the same 1-worker runs, made on the quiet machine. The file runs alone
+(`alone`: under pytest-xdist the other process waits), since every verdict reads what
+else used the CPUs.
 """
 
 from __future__ import annotations
