@@ -7,6 +7,7 @@ names that cause and no other.
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections import Counter
 from pathlib import Path
@@ -545,25 +546,33 @@ USER_RANGES = ("user_annotation", "PythonUserDefined")
 
 @pytest.mark.distributed
 def test_every_engine_keeps_a_trace_its_viewer_opens(shared_sweep: SharedSweep) -> None:
-    """A profiled run traces 3 more steps under its engine's profiler: a Chrome-trace JSON
-    in the cell's log folder, named in the record, with a range per phase."""
+    """A profiled run traces 3 more steps under its engine's profiler: a gzipped
+    Chrome-trace JSON in the cell's log folder, named in the record, with a range per
+    phase. A compute-only twin keeps none (its steps are the synced cell's, less the
+    communication), and nothing is left uncompressed beside the kept files."""
     for r in _profiled_runs(shared_sweep):
         engine, synced = r["engine"], r["spec"]["grad_sync"]
+        folder = Path(r["labels"]["log_dir"])
+        if not synced:
+            assert "traces" not in r and not list(folder.glob("*trace*")), engine
+            continue
         trace, *more = r["traces"]
         assert (trace["tool"], trace["format"]) == (PROFILERS[engine], "chrome-json")
         assert trace["steps"] == 3 and trace["ranks"] == [0]
         path = shared_sweep.results / trace["path"]  # relative to the results folder
-        assert path.parent.resolve() == Path(r["labels"]["log_dir"]).resolve()
-        events = json.loads(path.read_text())["traceEvents"]
+        assert path.parent.resolve() == folder.resolve() and path.name.endswith(".json.gz")
+        plain = ("torch-trace.rank0.json", "paddle-trace.rank0.json", "horovod-timeline.json")
+        assert not [n for n in plain if (folder / n).exists()], sorted(folder.iterdir())
+        events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
         # the ranges the suite opened, one per phase a traced step; Paddle's export
         # appends each one's duration to its name ("forward[1.234 ms]")
         named = Counter(str(e["name"]).split("[")[0] for e in events if e.get("cat") in USER_RANGES)
         for phase in ("step", "forward", "backward", "optimizer"):
             assert named[phase] == 3, (engine, phase, named)
-        if engine == "horovod" and synced:  # the armed timeline, over the same steps
+        if engine == "horovod":  # the armed timeline, over the same steps
             (hvd,) = more
             assert (hvd["tool"], hvd["format"]) == ("horovod timeline", "chrome-json-array")
-            assert hvd["steps"] == 3
+            assert hvd["steps"] == 3 and hvd["path"].endswith(".json.gz")
             spans = timeline.spans(shared_sweep.results / hvd["path"])
             assert spans and all(b >= a for a, b in spans)
         else:
@@ -578,8 +587,8 @@ def test_a_run_started_by_hand_keeps_its_trace_beside_its_results(tmp_path: Path
             "--trace-all-ranks"]  # fmt: skip
     rec = ok_record(*run_engine(Engine.DDP, 2, args, tmp_path))
     (trace,) = rec["traces"]
-    assert trace["path"] == f"traces/{rec['run_id']}/torch-trace.rank0.json"
+    assert trace["path"] == f"traces/{rec['run_id']}/torch-trace.rank0.json.gz"
     assert trace["steps"] == 2 and trace["ranks"] == [0, 1]
     for rank in (0, 1):
         path = tmp_path / trace["path"].replace("rank0", f"rank{rank}")
-        assert json.loads(path.read_text())["traceEvents"]
+        assert json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]

@@ -14,7 +14,7 @@ from bench import records
 from bench.contract.flags import spec_from_args
 from bench.contract.spec import RunSpec
 from bench.engines import Engine
-from bench.sweep import SweepConfig, plan, run_cell, run_sweep, spec_flags
+from bench.sweep import Cell, SweepConfig, cell_argv, plan, run_cell, run_sweep, spec_flags
 from runners.protocol.main import build_parser
 
 TINY = RunSpec(model="mlp", max_steps=12, warmup_steps=2, epochs=1)
@@ -46,6 +46,27 @@ def test_spec_flags_reproduce_the_spec_in_the_runner() -> None:
     spec = RunSpec(model="lenet", scaling="strong", batch_size=64, lr=0.01, max_steps=7)  # type: ignore[arg-type]
     args = build_parser(Engine.DDP).parse_args(spec_flags(spec))
     assert spec_from_args(args) == spec
+
+
+def test_only_the_first_repeat_of_a_synced_cell_keeps_a_trace(tmp_path: Path) -> None:
+    """The default sweep's traces: one a configuration, not one a launch (a repeat's
+    traced steps are the same picture; a twin's lacks the communication). The user's
+    own --trace-steps reaches the cells that keep one."""
+
+    def trace_steps(cell: Cell) -> list[str]:
+        (node,) = cell_argv(cell, tmp_path, tmp_path, {}, 60.0)
+        return [node.argv[i + 1] for i, a in enumerate(node.argv) if a == "--trace-steps"]
+
+    cells = plan(SweepConfig(), RunSpec())
+    kept = [c for c in cells if c.keeps_trace]
+    assert {(c.repeat, c.spec.grad_sync) for c in kept} == {(0, True)}
+    assert len(kept) == 12  # 3 engines x {1, 2} workers x {mlp, lenet}
+    for c in cells:
+        assert trace_steps(c) == ([] if c in kept else ["0"]), c.name
+    mine = plan(SweepConfig(trace_steps=5, repeats=2, workers=(2,)), RunSpec())
+    # the last --trace-steps is the one the runner takes
+    assert {trace_steps(c)[-1] for c in mine if c.keeps_trace} == {"5"}
+    assert {trace_steps(c)[-1] for c in mine if not c.keeps_trace} == {"0"}
 
 
 def test_cell_keys_differ_by_what_matters() -> None:
@@ -83,8 +104,17 @@ def test_real_sweep_records_every_cell_and_resumes(tmp_path: Path) -> None:
     assert next(r for r in recs if r["spec"]["grad_sync"] and r["world_size"] == 2)["fingerprints"][
         "final_weights_ranks_agree"
     ]
-    # per-rank logs kept next to the records
-    assert all(Path(r["labels"]["log_dir"]).is_dir() for r in recs)
+    # per-rank logs kept next to the records, without the empty files and folders the
+    # launchers open for every rank (torchrun's attempt_0/N/, Horovod's rank.N/)
+    for r in recs:
+        folder = Path(r["labels"]["log_dir"])
+        assert (folder / "argv.json").is_file()
+        empty = [
+            p
+            for p in folder.rglob("*")
+            if (p.is_dir() and not any(p.iterdir())) or (p.is_file() and not p.stat().st_size)
+        ]
+        assert not empty, (r["engine"], r["world_size"], empty)
     again = run_sweep(cfg, TINY, tmp_path, out=out)
     assert again == []
     assert "6 cells (6 already recorded, skipped)" in out.getvalue()

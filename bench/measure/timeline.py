@@ -9,6 +9,7 @@ all tensors, so concurrent tensors add up: read them as busy time, not wall time
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -18,8 +19,11 @@ ALLREDUCES = ("ALLREDUCE", "ADASUM_ALLREDUCE")  # the collective itself, fusion 
 
 
 def load_events(path: str | Path) -> list[dict[str, Any]]:
-    """The trace events; tolerates the unterminated array Horovod leaves while writing."""
-    text = Path(path).read_text().strip()
+    """The trace events; tolerates the unterminated array Horovod leaves while writing.
+    A `.gz` file (a traced run's timeline, runners/protocol/trace.py) is read unpacked."""
+    path = Path(path)
+    raw = path.read_bytes()
+    text = (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode().strip()
     if not text:
         return []
     if not text.endswith("]"):
@@ -51,7 +55,7 @@ def summarise(path: str | Path, steps: int) -> dict[str, Any]:
     negotiation, collective and waiting time (start-up broadcasts excluded)."""
     try:
         events = load_events(path)
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, EOFError, ValueError) as exc:  # a truncated or bad file
         return {"path": str(path), "error": f"cannot read timeline: {exc}"}
     open_: dict[tuple[Any, Any], list[tuple[str, float]]] = defaultdict(list)
     totals: dict[str, float] = defaultdict(float)

@@ -53,6 +53,13 @@ class Cell:
         )
 
     @property
+    def keeps_trace(self) -> bool:
+        """Whether its run keeps a trace: the first repeat of a synced cell does. Another
+        repeat's traced steps show the same picture, and a compute-only twin's a step
+        without its communication; 54 traces of the default sweep were 12 MB."""
+        return self.repeat == 0 and self.spec.grad_sync
+
+    @property
     def hosts_label(self) -> str:
         return ",".join(map(str, self.cluster.hosts)) if self.cluster else ""
 

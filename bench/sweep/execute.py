@@ -97,6 +97,8 @@ def cell_argv(
     ]
     runner_args += [a for k, v in labels.items() for a in ("--label", f"{k}={v}")]
     runner_args += list(cell.measure)
+    if not cell.keeps_trace:  # the last --trace-steps wins, the user's included
+        runner_args += ["--trace-steps", "0"]
     options = list(cell.options)
     trace_option = engines.get(cell.engine).trace_option
     if trace and trace_option is not None:
@@ -286,6 +288,21 @@ def _supervise(
                 print(note, file=sys.stderr, flush=True)
         # launchers echo the environment into their logs (paddle's envlog.N and more)
         allowlist.scrub_log_dir(log_dir)
+        prune_empty(log_dir)
+
+
+def prune_empty(folder: Path) -> None:
+    """Remove the empty files and folders under `folder`: the per-rank logs a launcher
+    opens whether or not a rank prints (torchrun's attempt_0/N/, Horovod's rank.N/),
+    four fifths of a default sweep's log files, which hold nothing."""
+    for path in sorted(folder.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        with contextlib.suppress(OSError):  # a file still written to is left as it is
+            if path.is_symlink():
+                continue
+            if path.is_dir():
+                path.rmdir()  # only an empty one: OSError otherwise
+            elif path.stat().st_size == 0:
+                path.unlink()
 
 
 def record_unavailable(
