@@ -46,6 +46,26 @@ def test_no_framework_is_imported(name: str) -> None:
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == [], f"{name} imported a framework"
 
 
+def test_a_runner_loads_no_table_library(tmp_path: Path) -> None:
+    """Every worker of every launch imports the runner: pandas and pyarrow (0.2 s of
+    CPU a process) are for the reports, which a runner never makes. A record written
+    through `bench.records` must not bring them in."""
+    code = (
+        "import sys\n"
+        "import runners.protocol.main, runners.protocol.train\n"
+        "import runners.adapters.ddp_engine, runners.adapters.horovod_engine\n"
+        "import runners.adapters.paddle_engine\n"
+        "from bench import records\n"
+        "records.append(sys.argv[1], records.new_record({}, 'ddp', 1, {}, {'name': 't'}))\n"
+        "print(sorted(m for m in ('pandas', 'pyarrow') if m in sys.modules))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                          text=True, cwd=ROOT, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "runs.jsonl").stat().st_size > 0
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
 @pytest.mark.parametrize("engine", [Engine.DDP, Engine.PADDLE], ids=lambda e: e.value)
 def test_threads_reach_the_framework(engine: Engine, tmp_path: Path) -> None:
     """--threads 2 as torch and each loaded OpenMP runtime report it inside a real run.

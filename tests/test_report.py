@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from bench import cli, records
+from bench.records import summaries
 from bench.records.types import LoadedRecord
 from bench.render import formats
 from bench.tables import compare, derived, frame
@@ -346,7 +347,7 @@ def test_every_interval_of_the_reference_is_numbers_in_json_and_csv() -> None:
     import io
     import re
 
-    loaded = records.load_summaries([REFERENCE.parent])
+    loaded = summaries.load_summaries([REFERENCE.parent])
     # a cell that is an interval's display text (prose that quotes one, as a verdict's
     # advice does, is a sentence, not a value)
     as_text = re.compile(r"^\[.*\] n=\d+$|^too few runs")

@@ -28,26 +28,26 @@ def test_summaries_give_the_same_tables(tmp_path: Path) -> None:
     path = _copy(tmp_path)
     full = compare.compare(records.load([path]).records)
     for _ in range(2):  # built, then read from the cache
-        summ = compare.compare(records.load_summaries([path]).records)
+        summ = compare.compare(summaries.load_summaries([path]).records)
         assert [c.title for c in summ] == [c.title for c in full]
         for a, b in zip(full, summ, strict=True):
             for name in a.sections:
                 pd.testing.assert_frame_equal(a.sections[name], b.sections[name])
     assert list((tmp_path / ".runs.jsonl.summaries").glob("*.parquet"))
-    assert all("step_times_s" not in r for r in records.load_summaries([path]).records)
+    assert all("step_times_s" not in r for r in summaries.load_summaries([path]).records)
 
 
 def test_unchanged_file_is_not_parsed_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = _copy(tmp_path)
-    first = records.load_summaries([path])
+    first = summaries.load_summaries([path])
 
     def fail(*_: object) -> None:
         raise AssertionError("parsed a line the cache holds")
 
     monkeypatch.setattr(cache, "parse_line", fail)
-    again = records.load_summaries([path])
+    again = summaries.load_summaries([path])
     assert [r["_source"] for r in again.records] == [r["_source"] for r in first.records]
 
 
@@ -55,7 +55,7 @@ def test_appends_are_parsed_alone_and_damage_is_reported(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = _copy(tmp_path)
-    before = records.load_summaries([path])
+    before = summaries.load_summaries([path])
     n, bad = len(before.records), [p.line for p in before.problems]
     extra = json.loads(GOLDEN.read_text().splitlines()[0])
     extra["run_id"] = "appended"
@@ -70,25 +70,25 @@ def test_appends_are_parsed_alone_and_damage_is_reported(
         return parse(p, number, raw, **how)
 
     monkeypatch.setattr(cache, "parse_line", spy)
-    loaded = records.load_summaries([path])
+    loaded = summaries.load_summaries([path])
     lines = len(GOLDEN.read_text().splitlines())
     assert seen == [lines + 1, lines + 2]  # only the new lines
     assert len(loaded.records) == n + 1 and loaded.records[-1]["run_id"] == "appended"
     assert [p.line for p in loaded.problems] == [*bad, lines + 1]
     monkeypatch.setattr(cache, "parse_line", parse)
     # reported again from the cache, not lost
-    assert [p.line for p in records.load_summaries([path]).problems] == [*bad, lines + 1]
+    assert [p.line for p in summaries.load_summaries([path]).problems] == [*bad, lines + 1]
 
 
 def test_rewritten_file_or_damaged_cache_is_read_again(tmp_path: Path) -> None:
     path = _copy(tmp_path)
-    records.load_summaries([path])
+    summaries.load_summaries([path])
     lines = path.read_text().splitlines()
     path.write_text("\n".join(lines[:2]) + "\n")  # shorter: the cache cannot be reused
-    assert len(records.load_summaries([path]).records) == 2
+    assert len(summaries.load_summaries([path]).records) == 2
     for part in (tmp_path / ".runs.jsonl.summaries").glob("*.parquet"):
         part.write_bytes(b"not parquet")  # a damaged part is never read
-    assert len(records.load_summaries([path]).records) == 2
+    assert len(summaries.load_summaries([path]).records) == 2
 
 
 def test_resume_reads_a_small_cell_index_grown_with_appends(tmp_path: Path) -> None:
@@ -119,12 +119,12 @@ def test_appending_touches_only_the_new_records(tmp_path: Path) -> None:
     """A folder of new records is parsed and cached alone: the parts already written are
     kept as they were, and one new part covers exactly the appended bytes."""
     path = _copy(tmp_path)
-    records.load_summaries([path])
+    summaries.load_summaries([path])
     folder = tmp_path / ".runs.jsonl.summaries"
     before = {f.name: f.stat().st_mtime_ns for f in folder.glob("*.parquet")}
     size = path.stat().st_size
     _append_copies(path, 5, "new")
-    loaded = records.load_summaries([path])
+    loaded = summaries.load_summaries([path])
     after = {f.name: f.stat().st_mtime_ns for f in folder.glob("*.parquet")}
     assert {k: after[k] for k in before} == before  # untouched
     (new,) = set(after) - set(before)
@@ -136,10 +136,10 @@ def test_many_appends_are_merged_into_one_part(tmp_path: Path) -> None:
     path = _copy(tmp_path)
     for k in range(cache.MAX_PARTS + 2):
         _append_copies(path, 1, f"a{k}-")
-        records.load_summaries([path])
+        summaries.load_summaries([path])
     parts = list((tmp_path / ".runs.jsonl.summaries").glob("*.parquet"))
     assert len(parts) <= 2
-    got = [r["run_id"] for r in records.load_summaries([path]).records]
+    got = [r["run_id"] for r in summaries.load_summaries([path]).records]
     assert got == [r["run_id"] for r in records.load([path]).records]
 
 
@@ -147,12 +147,13 @@ _WRITER = """
 import json, sys
 from pathlib import Path
 from bench import records
+from bench.records import summaries
 path, n, tag = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 base = records.load([path]).records[0]
 base.pop("_source")
 for i in range(n):
     records.append(path, {**base, "run_id": f"{tag}{i}"})
-    records.load_summaries([path])  # and grows the cache as it goes
+    summaries.load_summaries([path])  # and grows the cache as it goes
 """
 
 
@@ -166,12 +167,12 @@ def test_two_processes_appending_and_reading_stay_consistent(tmp_path: Path) -> 
     ]
     seen = 0
     while any(p.poll() is None for p in procs):
-        got = records.load_summaries([path])
+        got = summaries.load_summaries([path])
         ids = [r["run_id"] for r in got.records]
         assert len(ids) >= seen and len(set(ids[len(ids) - 80 :])) == len(ids[len(ids) - 80 :])
         seen = len(ids)
     assert all(p.wait() == 0 for p in procs)
-    final = records.load_summaries([path])
+    final = summaries.load_summaries([path])
     full = records.load([path])
     assert [r["run_id"] for r in final.records] == [r["run_id"] for r in full.records]
     assert [r["_source"] for r in final.records] == [r["_source"] for r in full.records]

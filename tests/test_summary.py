@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 
 from bench import cli, records
+from bench.records import summaries
 from bench.records.types import LoadedRecord
 from bench.render import formats, summary
 from bench.tables import compare, frame
@@ -61,7 +62,7 @@ def test_no_pair_gets_two_readings_in_any_format(folder: Path) -> None:
     """Every committed reference: the answers (json), the decided table and the head to
     head table give each pair the same ratio, interval and word; csv carries the same
     numbers; the text summary says each answer's sentence."""
-    loaded = records.load_summaries([folder])
+    loaded = summaries.load_summaries([folder])
     data = json.loads(formats.render(loaded, "json", frame.DEFAULT_TARGET) or "[]")
     as_csv = formats.render(loaded, "csv", frame.DEFAULT_TARGET)
     csv = pd.read_csv(io.StringIO(as_csv)) if as_csv else pd.DataFrame(columns=["group"])

@@ -20,6 +20,7 @@ from bench.cli.common import (
 )
 from bench.core.errors import CheckError, InputError
 from bench.decide.pairs import DEFAULT_PRECISION
+from bench.records import summaries
 from bench.render import formats, summary, textfit
 from bench.tables import cost, frame, regress
 
@@ -313,7 +314,7 @@ def _diff(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     sets = []
     for path in (args.base, args.new):
-        loaded = records.load_summaries([path])
+        loaded = summaries.load_summaries([path])
         report_skipped(loaded)
         sets.append(loaded.records)
     min_effect = regress.DEFAULT_MIN_EFFECT if args.min_effect is None else args.min_effect

@@ -3,6 +3,10 @@
 One JSON object per run, appended to JSON Lines files under `results/`. Readers
 get `LoadedRecord`s (bench/records/types.py), checked against that same type;
 a bad line is reported with its file and line, never lost with the good ones.
+
+The summaries that reports read (`bench.records.summaries`, cached through pandas and
+pyarrow) are imported from their module, not from here: a runner writes records and
+never reads them, and every worker of every launch imports this package.
 """
 
 from bench.core.errors import RecordsError
@@ -27,13 +31,6 @@ from bench.records.store import (
     timestamp,
     typed_labels,
 )
-from bench.records.summaries import (
-    load_summaries,
-    loss_points,
-    step_quantiles,
-    summarise,
-    window_stats,
-)
 from bench.records.types import SCHEMA_VERSION, Kind, LoadedRecord, RunRecord, Status
 
 __all__ = [
@@ -56,16 +53,11 @@ __all__ = [
     "files_under",
     "finite",
     "load",
-    "load_summaries",
-    "loss_points",
     "migrate",
     "new_record",
     "parse_line",
     "protocol_version",
     "results_file",
-    "step_quantiles",
-    "summarise",
     "timestamp",
     "typed_labels",
-    "window_stats",
 ]

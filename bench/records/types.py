@@ -476,7 +476,7 @@ class StepQuantiles(TypedDict):
 
 class LoadedRecord(RunRecord, total=False):
     """A record as `records.load` returns it: where it was read, and for a summary
-    (`records.summarise`) the step-time quantiles in place of the per-step arrays."""
+    (`summaries.summarise`) the step-time quantiles in place of the per-step arrays."""
 
     _source: str  # FILE:LINE
     _summary: bool

@@ -27,7 +27,7 @@ from bench.contract.identity import GROUP_FIELDS_V1, canonical
 from bench.core import machine
 from bench.core.units import format_rate
 from bench.measure import contention
-from bench.records import Kind, LoadedRecord, RunRecord, Status
+from bench.records import Kind, LoadedRecord, RunRecord, Status, summaries
 from bench.records.cache import ColumnCache
 from bench.records.types import Epoch, Spec
 from bench.tables import derived
@@ -264,13 +264,13 @@ def _stored_row(r: LoadedRecord) -> dict[str, Any]:
     machine, libraries = _context(r)
     oversub, budget_text = derived.oversubscription(r)
     layout = derived.layouts(r)[0]
-    quantiles = r.get("step_time_quantiles") or records.step_quantiles(r)
+    quantiles = r.get("step_time_quantiles") or summaries.step_quantiles(r)
     return {
         "run_id": r.get("run_id"),
         "status": r.get("status"),
         "kind": str(r.get("kind", Kind.TRAIN)),
         "trial": _trial(r),
-        "summary": records.summarise(r) if _kept(r) else None,
+        "summary": summaries.summarise(r) if _kept(r) else None,
         "engine_name": str(r.get("engine")),
         "engine_options": json.dumps(r.get("engine_options") or {}, sort_keys=True),
         "pinned": _pinned(r),
@@ -292,7 +292,7 @@ def _stored_row(r: LoadedRecord) -> dict[str, Any]:
         "step_p50": np.nan if quantiles is None else float(quantiles["p50"]),
         "step_p95": np.nan if quantiles is None else float(quantiles["p95"]),
         "final_accuracy": r.get("final_accuracy"),
-        "step_losses": records.loss_points(r) or [],
+        "step_losses": summaries.loss_points(r) or [],
         "epochs": [[e.get("train_time_s"), e.get("test_accuracy")] for e in r.get("epochs") or []],
         "peak_rss_mb": max(res.get("peak_rss_mb") or [np.nan]),
         "input_ms": max((r.get("input_pipeline") or {}).get("ms_per_step") or [np.nan]),
@@ -330,7 +330,7 @@ def _noise_columns(r: LoadedRecord) -> dict[str, Any]:
     it to its launcher's exit, and which repeat of its cell it was."""
     labels = r.get("labels")
     return {
-        "windows": r.get("window_stats") or records.window_stats(r),
+        "windows": r.get("window_stats") or summaries.window_stats(r),
         "launch_s": _seconds(r.get("launch_to_exit_s")) or _seconds(r.get("launch_to_stop_s")),
         "repeat": labels.get("repeat") if isinstance(labels, dict) else None,
         # the cell a row came from, as bench run --decide-at launches it again
