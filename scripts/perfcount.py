@@ -27,9 +27,11 @@ tests import it from beside them.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import functools
 import json
+import mmap
 import os
 import platform
 import re
@@ -218,8 +220,10 @@ class CountError(RuntimeError):
     """A side could not be counted (no valgrind, a stripped interpreter, a failed run)."""
 
 
-def valgrind(out: Path) -> list[str]:
-    """callgrind, collecting only inside the regions and dumping each to out/callgrind.out.N.
+def valgrind(out: Path, regions_only: bool = False) -> list[str]:
+    """callgrind, collecting only inside the regions and dumping each to out/callgrind.out.N;
+    with `regions_only`, instrumenting nothing until the process asks (perfcount_work's
+    Regions does, around each region).
 
     Without address randomisation (`setarch -R`, where the system allows it): CPython's
     attribute cache is indexed by the addresses of names, so the same code counted its
@@ -230,7 +234,58 @@ def valgrind(out: Path) -> list[str]:
         raise CountError("valgrind is not installed (apt-get install valgrind): nothing counted")
     return [*_no_aslr(), path, "--tool=callgrind", f"--toggle-collect={REGION}",
             f"--dump-after={REGION}", "--dump-line=no", f"--callgrind-out-file={out / DUMPS}",
-            f"--log-file={out / 'valgrind.log'}"]  # fmt: skip
+            f"--log-file={out / 'valgrind.log'}",
+            *(["--instr-atstart=no"] if regions_only else [])]  # fmt: skip
+
+
+# Callgrind's client requests (valgrind/callgrind.h: VG_USERREQ_TOOL_BASE('C','T') + 4, + 5)
+START_INSTRUMENTATION, STOP_INSTRUMENTATION = 0x43540004, 0x43540005
+# Valgrind's client-request sequence on x86-64 (valgrind.h: the four rotations of
+# __SPECIAL_INSTRUCTION_PREAMBLE, then xchg rbx,rbx), as a function of the request
+# block's address that returns Valgrind's reply. Natively it does nothing: the
+# rotations add up to 128 bits and the exchange is with itself; it returns 0.
+REQUEST_X86_64 = bytes.fromhex(
+    "4889f8"  # mov rax, rdi: the request block
+    "31d2"  # xor edx, edx: the reply when nothing answers
+    "48c1c703" "48c1c70d" "48c1c73d" "48c1c733"  # rol rdi, 3 / 13 / 61 / 51
+    "4887db"  # xchg rbx, rbx: the request
+    "4889d0"  # mov rax, rdx
+    "c3"  # ret
+)  # fmt: skip
+
+
+class ClientRequest:
+    """Valgrind client requests from Python, without a compiled module: REQUEST_X86_64 in
+    a page of executable memory, called through ctypes."""
+
+    def __init__(self) -> None:
+        self.page = mmap.mmap(
+            -1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC
+        )
+        self.page.write(REQUEST_X86_64)
+        address = ctypes.addressof(ctypes.c_char.from_buffer(self.page))
+        self.call = ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_void_p)(address)
+
+    @staticmethod
+    def available() -> bool:
+        """Whether this machine can run one (x86-64, executable memory allowed)."""
+        if platform.machine() != "x86_64":
+            return False
+        try:
+            ClientRequest()
+        except (OSError, ValueError, AttributeError):  # W^X policies refuse the page
+            return False
+        return True
+
+    def __call__(self, code: int) -> int:
+        block = (ctypes.c_uint64 * 6)(code, 0, 0, 0, 0, 0)
+        return int(self.call(ctypes.addressof(block)))
+
+
+@functools.cache
+def instrument_regions() -> bool:
+    """Whether callgrind instruments the counted regions only (perfcount_work.Regions)."""
+    return ClientRequest.available()
 
 
 @functools.cache
@@ -249,8 +304,10 @@ def fixed_addresses() -> bool:
 
 def command(tree: Path, out: Path, records: Path | None, python: str = sys.executable) -> list[str]:
     """scripts/perfcount_work.py under callgrind for the packages in `tree`."""
-    argv = [*valgrind(out), python, str(WORKLOAD), str(tree), "--manifest",
+    regions_only = instrument_regions()
+    argv = [*valgrind(out, regions_only), python, str(WORKLOAD), str(tree), "--manifest",
             str(out / "manifest.json"), "--dumps", str(out / DUMPS)]  # fmt: skip
+    argv += ["--instrument-regions"] if regions_only else []
     return argv + (["--records", str(records)] if records else [])
 
 
