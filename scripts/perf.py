@@ -57,7 +57,8 @@ BASELINE = ROOT / "tests" / "benchmarks" / "baseline"
 SELECTION = ["tests/benchmarks/test_perf.py", "-k", "test_train_step or test_calibration"]
 # The variables that inject work on purpose: the new side's only
 INJECT = ("BENCH_PERF_SLOWDOWN", perfcount_work.EXTRA)
-# Counting both sides takes about 1.5 minutes here; past this, something is wrong
+# Counting both sides takes about 20 s here (a minute where every instruction is
+# instrumented: perfcount.instrument_regions); past this, something is wrong
 COUNT_TIMEOUT_S = 900.0
 # No garbage collection inside a timed round: a full collection lands in whichever round
 # crosses its threshold and added up to 3x to the record benchmarks' rounds; at least 10

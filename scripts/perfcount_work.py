@@ -50,7 +50,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 GOLDEN = ROOT / "tests" / "data" / "golden.jsonl"
 # Enough records that per-record work shows in load and compare; few enough that both
-# sides count all three benchmarks in about a minute under callgrind.
+# sides count all three benchmarks in about 20 s under callgrind (instrumenting the
+# regions only; a minute instrumenting everything).
 RECORDS = 400
 # Epochs the runner's benchmark counts, after one uncounted (of the spec's 10)
 EPOCHS = 8
