@@ -98,8 +98,9 @@ def add_measure_flags(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="after the profiled steps, run this many under the engine's own profiler and "
-        "keep its trace (Chrome-trace JSON, named in the record's traces); 0, or "
-        f"--profile-steps 0: off (default: {d.trace_steps})",
+        "keep its trace (gzipped Chrome-trace JSON, named in the record's traces; under "
+        "bench run, the first repeat of each cell keeps one); 0, or --profile-steps 0: "
+        f"off (default: {d.trace_steps})",
     )
     add_pin_flag(group)
 
