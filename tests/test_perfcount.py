@@ -156,7 +156,6 @@ def test_the_counted_benchmarks_run_on_this_tree(tmp_path: Path) -> None:
     assert Path(got["bench"]).is_relative_to(ROOT)
 
 
-@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
 def _regions(out: Path, regions_only: bool) -> tuple[perfcount.Profile, perfcount.Profile]:
     """Two regions of n and 2n loop iterations counted in a process of their own; with
     `regions_only`, callgrind instruments nothing until the process asks around each."""
@@ -180,6 +179,7 @@ def _regions(out: Path, regions_only: bool) -> tuple[perfcount.Profile, perfcoun
     return one, two
 
 
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
 def test_a_region_is_counted_alone_and_the_same_every_run(tmp_path: Path) -> None:
     """Under the gate's callgrind, each sys.call_tracing region is a dump of its own with
     only its work in it: 2n loop iterations count twice n, the interpreter's start is in
