@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import engines, records
-from bench.cli import compare
+from bench.cli import compare_tables
 from bench.cli.common import (
     EXIT_BAD_INPUT,
     comma_list,
@@ -363,7 +363,7 @@ def _finish(args: argparse.Namespace, outcomes: list[CellResult], results: Path)
     if not args.no_compare:
         print()
         precision = parse_precision(args.decide_at) if args.decide_at else None
-        compare.print_tables(
+        compare_tables.print_tables(
             [str(records.results_file(results))],
             "text",
             False,

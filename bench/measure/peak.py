@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.core import machine
+from bench.core.cachedir import user_cache
 
 FILE = "peak-flops.json"
 # an entry's `origin`: measured for the folder whose cache holds it, or copied there
@@ -149,11 +150,6 @@ def _shared(entry_key: str) -> dict[str, Any] | None:
     if entry is None:
         return None
     return {**entry, "origin": USER_CACHE, "copied_from": entry["source"]}
-
-
-def user_cache() -> Path:
-    """The folder of the per-user peak cache, shared by every results folder."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "bench"
 
 
 def provenance(entry: Mapping[str, Any]) -> str:

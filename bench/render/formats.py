@@ -15,14 +15,12 @@ from bench import predict
 from bench.decide.pairs import DEFAULT_PRECISION
 from bench.records import Loaded
 from bench.render import html, summary, textfit
+from bench.render.choices import FORMATS as FORMATS
+from bench.render.choices import SUFFIX as SUFFIX
 from bench.tables import busbw, decided, noise, regress, startup, tuning
 from bench.tables import knobs as knob_table
 from bench.tables.compare import Comparison, compare, displayed
 from bench.tables.frame import frame
-
-FORMATS = ("text", "markdown", "csv", "json", "html")
-SUFFIX = {"text": "txt", "markdown": "md", "csv": "csv", "json": "json", "html": "html"}
-
 
 # What a header cannot say, printed once under its table.
 _KEYS_OF = {

@@ -21,24 +21,9 @@ from bench import engines
 from bench.contract import flags
 from bench.decide import rule
 from bench.render import textfit
+from bench.render.choices import SECTIONS as SECTIONS  # `--show` names: the CLI's
 from bench.tables import decided
 from bench.tables.compare import Comparison
-
-# `--show` names, and the section (or part of a comparison) each prints
-SECTIONS = {
-    "throughput": "throughput",
-    "per-rank": "per rank",
-    "accuracy": "accuracy",
-    "head-to-head": "head to head",
-    "decided": "decided",
-    "noise": "noise",
-    "error-rates": "error rates",
-    "start-up": "start-up",
-    "steps": "where the step goes (ms)",
-    "verdict": "verdict",
-    "knobs": "knobs",
-    "notes": "notes",
-}
 
 
 def render(comp: Comparison, width: int | None) -> list[str]:

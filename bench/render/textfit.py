@@ -11,27 +11,19 @@ with a line saying so; no value is ever cut. `--wide` (width None) keeps one tab
 from __future__ import annotations
 
 import re
-import shutil
 import textwrap
 from collections.abc import Sequence
 
 import pandas as pd
 
-DEFAULT_WIDTH = 100  # when the output is no terminal (a pipe, a file)
-NARROWEST = 40
+from bench.render.choices import width as width  # where the CLI and the tables agree
+
 KEYS = ("engine", "workers", "setting")
 # columns of sentences: always notes under the table, never a column
 PROSE = ("evidence", "try", "comm measured by", "energy source")
 # a value longer than this becomes a note too, whatever its column
 LONGEST_CELL = 34
 _NUMBER = re.compile(r"^[-+]?[\d,.]+%?$|^-$")
-
-
-def width(wide: bool = False) -> int | None:
-    """The width to fit: None with --wide; else COLUMNS, the terminal's, or 100."""
-    if wide:
-        return None
-    return max(NARROWEST, shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns)
 
 
 def wrap(text: str, limit: int | None, indent: str = "", hang: str = "    ") -> list[str]:

@@ -45,7 +45,8 @@ def timed_compare(path: Path) -> tuple[float, float]:
             "-c",
             "import resource, sys\n"
             "from bench import cli\n"
-            f"code = cli.main(['compare', {str(path)!r}])\n"
+            # made each time: a replay of the first run's output is not compare's work
+            f"code = cli.main(['compare', {str(path)!r}, '--no-replay'])\n"
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n",
         ],
         capture_output=True,
