@@ -21,6 +21,7 @@ from typing import Any, TypeVar, cast
 import pytest
 
 from bench import engines, records
+from bench.core.cachedir import user_cache
 from bench.core.machine import usable_cpus
 from bench.engines import Engine
 from tests import shared_sweep as shared
@@ -275,6 +276,28 @@ def machine_turn(factory: pytest.TempPathFactory, alone: bool = False) -> Iterat
 
 
 _IN_TURN: str | None = None
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _user_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A per-user cache ($XDG_CACHE_HOME/bench) of the run's own, shared by both xdist
+    processes and everything they start: no test writes into the developer's home, and
+    no comparison is replayed from an earlier run's (bench/cli/replay.py). The measured
+    peak is copied in where the developer's cache has one, as the runs would read it."""
+    saved = os.environ.get("XDG_CACHE_HOME")
+    run = tmp_path_factory.getbasetemp()  # under xdist, each process's folder in the run's
+    mine = (run.parent if "PYTEST_XDIST_WORKER" in os.environ else run) / "xdg"
+    peak = user_cache() / "peak-flops.json"
+    with contextlib.suppress(FileExistsError):
+        (mine / "bench").mkdir(parents=True)
+        if peak.is_file():
+            shutil.copy2(peak, mine / "bench" / peak.name)
+    os.environ["XDG_CACHE_HOME"] = str(mine)
+    yield
+    if saved is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = saved
 
 
 @pytest.fixture(autouse=True, scope="module")

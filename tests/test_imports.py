@@ -22,7 +22,8 @@ GOLDEN = Path(__file__).parent / "data" / "golden.jsonl"
 SNIPPETS = {
     "bench --help": "from bench import cli\ntry:\n    cli.main(['--help'])\nexcept SystemExit:\n    pass",
     "bench run --help": "from bench import cli\ntry:\n    cli.main(['run', '--help'])\nexcept SystemExit:\n    pass",
-    "bench compare": f"from bench import cli\ncli.main(['compare', {str(GOLDEN)!r}])",
+    # the tables made (a replay would load less still)
+    "bench compare": f"from bench import cli\ncli.main(['compare', {str(GOLDEN)!r}, '--no-replay'])",
     "bench models": "from bench import cli\ncli.main(['models'])",
     "RunSpec": (
         "from bench.contract.spec import RunSpec\n"

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -68,24 +69,29 @@ def test_the_same_comparison_again_prints_the_same_without_pandas(
 def test_a_records_file_rewritten_with_its_size_and_time_kept_is_read_again(
     cache: Path, results: Path
 ) -> None:
-    """The same size and modification time (set back as `touch -d` or `cp -p` would),
-    one figure different: the key holds the change time, which the kernel sets on every
-    write and utime, so the tables are made afresh."""
+    """One run's throughput rewritten in place, the file's size and modification time
+    kept (set back as `touch -d` or `cp -p` would): the key holds the change time, which
+    the kernel sets on every write and utime, so the replay is not used. The folder's
+    column caches go too, so that the tables read the new bytes and show the figure."""
     file = results / "runs.jsonl"
-    _compare(str(results))
+    first, _, _ = _compare(str(results), "--sources")
     text = file.read_text()
-    rec = json.loads(text.splitlines()[0])
-    old = json.dumps(rec["throughput"])
-    new = old[:-1] + ("1" if old[-1] != "1" else "2")  # same length, another value
-    assert old in text
-    stat = file.stat()
-    file.write_text(text.replace(old, new, 1))
-    os.utime(file, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    assert file.stat().st_size == stat.st_size
-    again, _, modules = _compare(str(results))
+    value = json.loads(text.splitlines()[0])["throughput"]
+    old = f'"throughput": {json.dumps(value)}'
+    new = old.replace(": 1", ": 9", 1) if ": 1" in old else old.replace(": ", ": 1", 1)[:-1]
+    assert len(new) == len(old) and text.count(old) == 1, old
+    before = file.stat()
+    file.write_text(text.replace(old, new))
+    os.utime(file, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = file.stat()
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    assert after.st_ctime_ns != before.st_ctime_ns, "this filesystem's clock is too coarse"
+    for derived in results.glob(".runs.jsonl.*"):
+        shutil.rmtree(derived)
+    again, _, modules = _compare(str(results), "--sources")
     assert "pandas" in modules  # made afresh, not replayed
-    fresh, _, _ = _compare(str(results), "--no-replay")
-    assert again == fresh
+    shown = f"{float(json.loads(new.split(': ', 1)[1])):,.0f}"
+    assert shown in again and shown not in first
 
 
 def test_an_appended_record_is_read_again(cache: Path, results: Path) -> None:
@@ -98,43 +104,57 @@ def test_an_appended_record_is_read_again(cache: Path, results: Path) -> None:
     assert "pandas" in modules and err_again != err  # one more record read
 
 
-def test_every_file_a_comparison_opens_is_one_the_key_covers(
-    cache: Path, results: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """An audit hook sees every file the comparison opens: each must be a records file
-    in the key, a cache derived from one beside it, or code and libraries (the bench and
-    models packages' files, each in the key; the interpreter's and the libraries', whose
-    folders are). A new input read by compare and missing from the key fails here."""
-    opened: list[str] = []
+AUDIT = """
+import json, os, sys
+opened = []
+sys.addaudithook(lambda event, args: opened.append(os.fsdecode(args[0]))
+                 if event == "open" and isinstance(args[0], (str, bytes)) else None)
+from bench.cli import main, replay
+material = replay.key_material("compare", {}, sys.argv[1:2], 100)
+start = len(opened)
+status = main(["compare", *sys.argv[1:]])
+print(json.dumps({"status": status, "opened": opened[start:], "files": material["files"],
+                  "code": [str(p) for p in replay.code_folders()], "replay": str(replay.folder())}))
+"""
 
-    def hook(event: str, args: tuple[object, ...]) -> None:
-        if event == "open" and isinstance(args[0], str | bytes):
-            opened.append(os.fsdecode(args[0]))
 
-    sys.addaudithook(hook)  # stays for the process: it records into this test's list only
-    material = replay.key_material("compare", {}, [str(results)], 100)
-    start = len(opened)
-    assert cli.main(["compare", str(results), "--sources", "--all"]) == 0
-    seen = {os.path.realpath(p) for p in opened[start:]}
-    keyed = {os.path.realpath(entry[0]) for entry in material["files"]}
-    allowed = (
-        *(str(folder) for folder in replay.code_folders()),  # in the key
-        os.path.realpath(sys.prefix),  # libraries: their folders in the key
-        os.path.realpath(sys.base_prefix),  # the standard library: sys.version in the key
-        str(cache.parent),
-        "/proc/",
-        "/sys/",
-        "/dev/",
-        "/etc/",
-        "/usr/",
+def test_every_file_a_comparison_opens_is_one_the_key_covers(cache: Path, results: Path) -> None:
+    """An audit hook, in a fresh interpreter, sees every file a comparison opens: each must
+    be a records file in the key, a cache derived from one beside it, a source file of
+    the bench and models packages (each in the key), the interpreter's or a library's
+    (their folders are in the key), or the replay entry. The folder also holds what a
+    results folder may (a peak cache, logs), so a side file compare began to read would
+    show here. A new input missing from the key fails this test."""
+    shutil.copy(ROOT / "results" / "reference" / "predict-check-2026-12-03" / "peak-flops.json",
+                results / "peak-flops.json")  # fmt: skip
+    (results / "runs" / "cell").mkdir(parents=True)
+    (results / "runs" / "cell" / "launcher.log").write_text("a launcher's log\n")
+    proc = subprocess.run(
+        [sys.executable, "-c", AUDIT, str(results), "--sources", "--all"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
     )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["status"] == 0
+    seen = {os.path.realpath(p) for p in got["opened"]}
+    keyed = {os.path.realpath(entry[0]) for entry in got["files"]}
+    code = tuple(os.path.realpath(c) + os.sep for c in got["code"])
+    libraries = tuple(os.path.realpath(p) + os.sep for p in (sys.prefix, sys.base_prefix))
+    system = ("/proc/", "/sys/", "/dev/", "/etc/", "/usr/")
     derived = tuple(str(Path(f).parent / f".{Path(f).name}.") for f in keyed)
-    unkeyed = sorted(
-        p for p in seen - keyed if not p.startswith(allowed) and not p.startswith(derived)
-    )
+
+    def covered(path: str) -> bool:
+        if path in keyed or path.startswith(derived + libraries + system):
+            return True
+        if path.startswith(os.path.realpath(got["replay"]) + os.sep):
+            return True
+        return path.startswith(code) and path.endswith((".py", ".pyc"))
+
     assert keyed and keyed <= seen
-    assert unkeyed == [], "compare read files its replay key does not cover"
-    capsys.readouterr()
+    assert sorted(p for p in seen if not covered(p)) == [], "compare read what its key lacks"
 
 
 def test_what_changes_the_output_changes_the_key(results: Path) -> None:
@@ -211,12 +231,52 @@ def test_the_most_recently_used_entries_are_kept(
     cache: Path, results: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(replay, "KEEP", 2)
-    entries = {}
-    for fmt in ("text", "csv", "json"):
+    entries: dict[str, Path | None] = {}
+    for age, fmt in zip((300, 200, 100), ("text", "csv", "json"), strict=True):
         argv = ["compare", str(results), "--format", fmt]
         assert cli.main(argv) == 0
         # where compare.run keeps it: the parsed arguments, the paths, the width
         args = vars(cli.parser("compare").parse_args(argv))
-        entries[fmt] = replay.Replay.of("compare", args, [str(results)], choices.width()).path
+        path = replay.Replay.of("compare", args, [str(results)], choices.width()).path
+        assert path is not None and path.exists()
+        then = time.time() - age  # used in this order, whatever the clock's tick
+        os.utime(path, (then, then))
+        entries[fmt] = path
     capsys.readouterr()
     assert set(cache.glob("*.json")) == {entries["csv"], entries["json"]}
+
+
+def test_a_part_left_by_a_dead_writer_is_removed(
+    cache: Path, results: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache.mkdir(parents=True)
+    dead, live = cache / ".a.json.123", cache / ".b.json.456"
+    for part in (dead, live):
+        part.write_text('{"version"')
+    old = time.time() - replay.STALE_PART_S - 60
+    os.utime(dead, (old, old))
+    assert cli.main(["compare", str(results)]) == 0
+    capsys.readouterr()
+    assert not dead.exists() and live.exists()
+
+
+def test_an_output_too_long_to_keep_is_printed_not_kept(
+    cache: Path, results: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(replay, "MOST_BYTES", 100)
+    assert cli.main(["compare", str(results)]) == 0
+    assert "records read" in capsys.readouterr().err
+    assert not list(cache.glob("*.json"))
+
+
+def test_no_home_folder_means_no_replay(
+    results: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`env -i` under a user the password file does not know: Path.home() raises."""
+
+    def nowhere() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(replay, "user_cache", nowhere)
+    assert cli.main(["compare", str(results)]) == 0
+    assert "records read" in capsys.readouterr().err

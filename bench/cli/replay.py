@@ -12,9 +12,13 @@ arguments, the width the text is fitted to, the working folder (paths print as g
 each source file of the bench and models packages alike, and the interpreter and the
 folders its libraries are installed in (an install or upgrade changes them).
 tests/test_replay.py checks, with an audit hook, that every file a comparison opens is
-one the key covers. Only a command that ended with status 0 is kept; the newest KEEP
-entries live in the user's cache ($XDG_CACHE_HOME/bench/replay/). A cache that cannot
-be read or written only means the tables are made afresh.
+one the key covers. Only a command that ended with status 0 is kept, and no output of
+more than MOST_BYTES; the newest KEEP entries live in the user's cache
+($XDG_CACHE_HOME/bench/replay/). A cache that cannot be read or written, or no home
+folder at all, only means the tables are made afresh. What the key cannot see: a file
+rewritten to the same size within one tick of the kernel's clock after a comparison,
+and a file another machine appends to on a network filesystem whose attributes this
+machine still has cached (NFS: up to a minute); `--no-replay` for those.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import hashlib
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -36,6 +41,8 @@ from bench.core.cachedir import user_cache
 
 VERSION = 2  # of the entries' form and key
 KEEP = 64  # entries kept, the most recently used
+MOST_BYTES = 8 << 20  # a longer output (--sources over 100,000 runs) is not kept
+STALE_PART_S = 3600  # a part older than this was left by a writer that died
 # what the arguments do not change in the output
 UNKEYED = ("command", "no_replay")
 
@@ -116,10 +123,11 @@ class Replay:
     ) -> Replay:
         try:
             material = key_material(command, args, paths, width)
-        except OSError:
+            where = folder()
+        except (OSError, RuntimeError):  # RuntimeError: no home folder to keep it in
             return cls(None)
         text = json.dumps(material, sort_keys=True, default=str)
-        return cls(folder() / f"{hashlib.sha256(text.encode()).hexdigest()}.json")
+        return cls(where / f"{hashlib.sha256(text.encode()).hexdigest()}.json")
 
     def play(self) -> bool:
         """Print the kept output, stdout and stderr in the order they were written; False
@@ -152,18 +160,22 @@ class Replay:
 
     def _keep(self, chunks: list[list[str]]) -> None:
         assert self.path is not None
+        text = json.dumps({"version": VERSION, "chunks": chunks})
+        if len(text) > MOST_BYTES:
+            return
+        part = self.path.with_name(f".{self.path.name}.{os.getpid()}")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            part = self.path.with_name(f".{self.path.name}.{os.getpid()}")
-            part.write_text(json.dumps({"version": VERSION, "chunks": chunks}))
+            part.write_text(text)
             part.replace(self.path)  # whole or absent for a reader at the same time
             _prune(self.path.parent)
         except OSError:  # a full disk or a read-only home: the tables were printed anyway
-            return
+            with contextlib.suppress(OSError):
+                part.unlink()
 
 
 def _prune(where: Path) -> None:
-    """Keep the KEEP most recently used entries."""
+    """Keep the KEEP most recently used entries; remove parts a dead writer left."""
     entries = []
     for path in where.glob("*.json"):
         with contextlib.suppress(OSError):
@@ -171,3 +183,7 @@ def _prune(where: Path) -> None:
     for _, path in sorted(entries, reverse=True)[KEEP:]:
         with contextlib.suppress(OSError):
             path.unlink()
+    for part in where.glob(".*.json.*"):
+        with contextlib.suppress(OSError):
+            if time.time() - part.stat().st_mtime > STALE_PART_S:
+                part.unlink()
