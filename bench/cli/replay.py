@@ -113,9 +113,10 @@ class _Tee:
 
 @dataclasses.dataclass
 class Replay:
-    """The kept output of one command over its inputs (`key`); `path` where it lives."""
+    """The kept output of one command over its inputs: `path`, named by the hash of its
+    key (`key_material`), where it is or would be kept."""
 
-    path: Path | None  # None: the inputs could not be read, so nothing is kept
+    path: Path | None  # None: the inputs or the cache folder could not be looked at
 
     @classmethod
     def of(
