@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bench import records
+from bench import engines, records
 from bench.contract.spec import RunSpec
 from bench.engines import Engine
 from bench.sweep import SweepConfig, plan, run_cell
@@ -82,6 +82,10 @@ def _inject(
     assert _procs_with(marker) == [], "processes of the cell outlived it"
     rec = records.load([tmp_path / "res"]).records[-1]
     assert rec["status"] == res.status
+    # the command the cell's folder showed while it ran: the record bench wrote holds it
+    if rec["launcher"]["name"] == "bench run":
+        assert str(engines.get(engine).runner) in rec["launcher"]["argv"]
+        assert not (res.log_dir / "argv.json").exists()
     return res.status, elapsed, rec.get("error") or ""
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import stat
 from pathlib import Path
@@ -108,7 +109,15 @@ def test_real_sweep_records_every_cell_and_resumes(tmp_path: Path) -> None:
     # launchers open for every rank (torchrun's attempt_0/N/, Horovod's rank.N/)
     for r in recs:
         folder = Path(r["labels"]["log_dir"])
-        assert (folder / "argv.json").is_file()
+        # the command shown while the cell ran goes once the record holds it: torchrun's
+        # workers record torchrun's command; Horovod's see only horovodrun's worker line
+        shown = folder / "argv.json"
+        if r["engine"] == "ddp":
+            assert not shown.exists()
+            assert r["launcher"]["parent_argv"][1:3] == ["-m", "torch.distributed.run"]
+        else:
+            assert Path(json.loads(shown.read_text())[0]).name == "horovodrun"
+            assert r["launcher"]["parent_argv"] != json.loads(shown.read_text())
         empty = [
             p
             for p in folder.rglob("*")

@@ -17,7 +17,7 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -264,6 +264,7 @@ def run_cell(
     # launcher failed afterwards (teardown); an ok launch whose run recorded otherwise
     # takes the run's status.
     rec, _ = attempt_record(follower, labels["attempt"], outcome, launch.logs, failed)
+    drop_shown_command(log_dir, rec)
     tput = rec.get("throughput")
     return CellResult(
         cell,
@@ -273,6 +274,30 @@ def run_cell(
         rec.get("error"),
         float(tput) if isinstance(tput, int | float) else None,
     )
+
+
+def drop_shown_command(log_dir: Path, rec: Mapping[str, Any]) -> None:
+    """Remove the cell's argv.json once its record holds the same command.
+
+    The file shows what a cell runs while it runs (and stays where `bench run` itself
+    died mid-cell). Afterwards the record says it: as the launcher its workers ran under
+    (torchrun's and Paddle's, `parent_argv`) or, where `bench run` wrote the record, as
+    launched (`argv`). Horovod's workers see only the line horovodrun starts them with,
+    and a multi-node run's workers only their own node's launcher, so those cells keep
+    the file unless they failed (their record then holds every node's command).
+    """
+    path = log_dir / "argv.json"
+    try:
+        shown = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    launcher = rec.get("launcher")
+    if isinstance(launcher, Mapping) and shown in (
+        launcher.get("parent_argv"),
+        launcher.get("argv"),
+    ):
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 def _supervise(
