@@ -17,6 +17,10 @@ from typing import Any
 
 import numpy as np
 import torch
+
+# DDP's wrapper and the optimizers load it at first use anyway (0.8 s): loaded here, it
+# is among the imports the runner freezes out of the collector's sight (protocol/main.py)
+import torch._dynamo
 import torch.nn.functional as F
 import torch.profiler
 

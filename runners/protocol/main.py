@@ -17,6 +17,7 @@ Order of work, and why:
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import time
@@ -132,7 +133,12 @@ def main(engine: Engine, argv: Sequence[str] | None = None) -> int:
     args = build_parser(engine).parse_args(argv)
     try:
         given = _Inputs(engine, args)
-        adapter = load_adapter(engine)(given.spec, args.collective_timeout, given.options)
+        adapter_class = load_adapter(engine)
+        # What the imports made lives as long as the process: frozen out of the collector's
+        # sight, a collection (the automatic ones between steps, the adapters' at shutdown)
+        # walks this run's objects only: a DDP worker's shutdown collects in 1 ms, not 0.25 s.
+        gc.freeze()
+        adapter = adapter_class(given.spec, args.collective_timeout, given.options)
         adapter.profile_comm = given.measure.profile_steps > 0
         CLOCK.mark("imported")
         model, dataset, spe = prepare(given.spec, adapter.expected_world_size())
