@@ -113,8 +113,9 @@ def test_real_sweep_records_every_cell_and_resumes(tmp_path: Path) -> None:
         # workers record torchrun's command; Horovod's see only horovodrun's worker line
         shown = folder / "argv.json"
         if r["engine"] == "ddp":
+            parent = r["launcher"]["parent_argv"]
             assert not shown.exists()
-            assert r["launcher"]["parent_argv"][1:3] == ["-m", "torch.distributed.run"]
+            assert parent is not None and parent[1:3] == ["-m", "torch.distributed.run"]
         else:
             assert Path(json.loads(shown.read_text())[0]).name == "horovodrun"
             assert r["launcher"]["parent_argv"] != json.loads(shown.read_text())
