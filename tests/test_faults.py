@@ -82,10 +82,14 @@ def _inject(
     assert _procs_with(marker) == [], "processes of the cell outlived it"
     rec = records.load([tmp_path / "res"]).records[-1]
     assert rec["status"] == res.status
-    # the command the cell's folder showed while it ran: the record bench wrote holds it
+    # the command the cell's folder showed while it ran goes once the record holds it: a
+    # record bench wrote, or one whose workers saw the launcher's own command
+    shown = res.log_dir / "argv.json"
     if rec["launcher"]["name"] == "bench run":
         assert str(engines.get(engine).runner) in rec["launcher"]["argv"]
-        assert not (res.log_dir / "argv.json").exists()
+        assert not shown.exists()
+    else:
+        assert shown.exists() == (engine is Engine.HOROVOD), rec["launcher"]
     return res.status, elapsed, rec.get("error") or ""
 
 
@@ -248,6 +252,8 @@ def test_ctrl_c_stops_the_sweep_keeps_records_and_resumes(tmp_path: Path) -> Non
     # the two finished cells, and the interrupted one recorded as such
     assert [r["status"] for r in recs] == ["ok", "ok", "failed"]
     assert "interrupted by SIGINT" in str(recs[2]["error"])
+    # its record holds the command its folder showed while it ran
+    assert not (Path(recs[2]["labels"]["log_dir"]) / "argv.json").exists()
     # the rerun of the first sweep resumes: everything already recorded
     again = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert again.returncode == 0 and "2 cells (2 already recorded, skipped)" in again.stdout

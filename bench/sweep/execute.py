@@ -244,15 +244,10 @@ def run_cell(
     try:
         outcome = _supervise(cell, labels, launch, log_dir, timeout)
     except (KeyboardInterrupt, Interrupted) as exc:
-        # The tree is already killed; the cell still leaves its record (unless the run
-        # wrote one just before), so nothing that ran goes unrecorded.
-        if not _with_attempt(follower.new(), labels["attempt"]):
-            why = exc.name if isinstance(exc, Interrupted) else "SIGINT (Ctrl-C)"
-            error = (
-                f"interrupted by {why} after {time.monotonic() - start:.1f}s; the cell's "
-                "processes were killed; rerun the sweep to run it again"
-            )
-            records.append(results, _cell_record(cell, labels, launch.argv, Status.FAILED, error))
+        # The tree is already killed; the cell still leaves its record, so nothing that
+        # ran goes unrecorded.
+        left = _interrupted(cell, labels, launch.argv, results, follower, exc, start)
+        drop_shown_command(log_dir, left)
         raise
 
     def failed(status: Status, error: str) -> RunRecord:
@@ -274,6 +269,30 @@ def run_cell(
         rec.get("error"),
         float(tput) if isinstance(tput, int | float) else None,
     )
+
+
+def _interrupted(
+    cell: Cell,
+    labels: dict[str, Any],
+    argv: list[str] | list[list[str]],
+    results: Path,
+    follower: records.Follower,
+    exc: BaseException,
+    start: float,
+) -> Mapping[str, Any]:
+    """The record of a cell stopped by Ctrl-C or a signal: the run's own where it wrote
+    one just before, else a failed one written now."""
+    written = _with_attempt(follower.new(), labels["attempt"])
+    if written:
+        return written[-1]
+    why = exc.name if isinstance(exc, Interrupted) else "SIGINT (Ctrl-C)"
+    error = (
+        f"interrupted by {why} after {time.monotonic() - start:.1f}s; the cell's "
+        "processes were killed; rerun the sweep to run it again"
+    )
+    rec = _cell_record(cell, labels, argv, Status.FAILED, error)
+    records.append(results, rec)
+    return rec
 
 
 def drop_shown_command(log_dir: Path, rec: Mapping[str, Any]) -> None:
