@@ -6,7 +6,8 @@ Order of work, and why:
    group exists, so bad input fails fast everywhere instead of leaving peers
    hung in a collective.
 2. Threads are set before a framework is imported (the adapter module is
-   imported only then), identically for every engine.
+   imported only then), identically for every engine. What the imports made is
+   then frozen out of the collector's sight (`_adapter`).
 3. The run trains (runners/protocol/train.py); rank 0 appends one record. A
    failure after start-up is recorded as failed (or timeout, when a peer went
    silent), a NaN/inf loss as diverged.
