@@ -117,8 +117,9 @@ def test_real_sweep_records_every_cell_and_resumes(tmp_path: Path) -> None:
             assert not shown.exists()
             assert parent is not None and parent[1:3] == ["-m", "torch.distributed.run"]
         else:
-            assert Path(json.loads(shown.read_text())[0]).name == "horovodrun"
-            assert r["launcher"]["parent_argv"] != json.loads(shown.read_text())
+            command = json.loads(shown.read_text())
+            assert Path(command[0]).name == "horovodrun"
+            assert r["launcher"]["parent_argv"] != command
         empty = [
             p
             for p in folder.rglob("*")
