@@ -414,14 +414,32 @@ def busy_neighbour_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return once_per_run(tmp_path_factory, "busy-neighbour", _busy_neighbour_run)
 
 
-def _busy_neighbour_run(results: Path) -> Path:
-    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+@contextlib.contextmanager
+def busy_neighbours(count: int = 2) -> Iterator[None]:
+    """`count` processes spinning (`python -c 'while True: pass'`) while the block runs.
+
+    Each in a session of its own, as a neighbour started from another terminal or by a
+    service is: where the kernel groups CPU time by session (autogroup, on here), a
+    spinner left in the tests' session shares one group's time with everything else
+    the tests run, while each Horovod worker, which horovodrun starts with setsid, gets
+    a group's time of its own. Seen: two spinners so placed got 0.14 cores between
+    them beside a 2-worker Horovod run, under the contention limit.
+    """
+    burners = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+        for _ in range(count)
+    ]
     try:
-        proc = run_bench("run", "--results", str(results), *BUSY_SWEEP, timeout=300)
+        yield
     finally:
         for p in burners:
             p.kill()
             p.wait()
+
+
+def _busy_neighbour_run(results: Path) -> Path:
+    with busy_neighbours():
+        proc = run_bench("run", "--results", str(results), *BUSY_SWEEP, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return results
 

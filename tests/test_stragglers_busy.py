@@ -1,7 +1,8 @@
 """Busy neighbours slow every rank alike: CPU-contended, not a straggler.
 
-Two processes spinning beside the run (`python -c 'while True: pass'` x2), made outside
-the suite as an operator meets them. Whatever else the machine runs meanwhile only adds
+Two processes spinning beside the run (`python -c 'while True: pass'` x2, each in a
+session of its own: tests/conftest.py `busy_neighbours`), made outside the suite as an
+operator meets them. Whatever else the machine runs meanwhile only adds
 to the contention, so unlike tests/test_stragglers.py's conditions this one needs no
 quiet machine.
 
@@ -15,13 +16,12 @@ read before any part of the time lost is named, so no compute-only twins
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import busy_neighbours
 from tests.test_stragglers import ENGINES, sweep, verdicts
 
 pytestmark = pytest.mark.distributed
@@ -31,13 +31,8 @@ pytestmark = pytest.mark.distributed
 def busy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """One run a cell, two processes spinning beside every one of them."""
     results = tmp_path_factory.mktemp("busy") / "res"
-    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
-    try:
+    with busy_neighbours():
         sweep(results, "--workers", "1,2", "--repeats", "1", "--max-steps", "150", "--no-comm-cost")
-    finally:
-        for p in burners:
-            p.kill()
-            p.wait()
     yield results
 
 
