@@ -251,3 +251,31 @@ def test_a_loader_missing_its_package_is_one_clear_refusal(monkeypatch: pytest.M
     monkeypatch.setitem(data.LOADERS, "digits", needs_a_package)
     with pytest.raises(InputError, match=r"needs the Python package 'absentpkg', not installed"):
         prepare(RunSpec(model="lenet", dataset="digits"), 1)
+
+
+@pytest.mark.parametrize(
+    "shape, tokens, samples",
+    [((3, 16, 16), False, 203), ((12,), False, 50), ((9,), True, 77), ((3, 8, 8), False, 1)],
+)
+def test_an_outline_has_the_loaded_datasets_sizes_and_types(
+    shape: tuple[int, ...], tokens: bool, samples: int
+) -> None:
+    """What `bench run` checks its plan on: synthetic data's sizes without its values."""
+    kwargs = dict(seed=3, test_fraction=0.2, input_shape=shape, num_classes=4, samples=samples)
+    real = data.load_dataset("synthetic", tokens=tokens, **kwargs)  # type: ignore[arg-type]
+    sketch = data.outline("synthetic", tokens=tokens, **kwargs)  # type: ignore[arg-type]
+    for field in ("train_x", "train_y", "test_x", "test_y"):
+        a, b = getattr(real, field), getattr(sketch, field)
+        assert (a.shape, a.dtype) == (b.shape, b.dtype), field
+        assert b.nbytes == 0 or b.strides == (0,) * b.ndim  # holds no values
+    assert (sketch.tokens, sketch.name, sketch.input_shape) == (real.tokens, "synthetic", shape)
+    if tokens or len(set(real.train_y.tolist())) == 4:
+        assert sketch.num_classes == real.num_classes
+
+
+def test_an_outline_of_data_from_files_is_the_data() -> None:
+    loaded = data.outline("digits", seed=1, test_fraction=0.25)
+    again = data.load_dataset("digits", seed=1, test_fraction=0.25)
+    assert loaded.fingerprint() == again.fingerprint()
+    with pytest.raises(data.DataError, match="needs --data-path"):
+        data.outline("mnist", seed=1, test_fraction=0.25)

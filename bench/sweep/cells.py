@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import models
 from bench import engines
-from bench.contract.data import load_dataset
+from bench.contract.data import outline
 from bench.contract.identity import CELL_FIELDS_V1, canonical
 from bench.contract.prepare import check_device, prepare
 from bench.contract.spec import Device, RunSpec
@@ -231,9 +231,9 @@ def check_plan(
     unavailable = check_engines(used, python)
     check_launches(config, [e for e in used if e not in unavailable], python)
     seen = set()
-    # Cells come worker count by worker count for each spec: one dataset held at a time
-    # (ResNet-50's synthetic 224x224 set takes seconds to generate).
-    load = functools.lru_cache(maxsize=1)(load_dataset)
+    # Sizes are what is checked: synthetic data in outline (ResNet-50's 224x224 set takes
+    # seconds to generate), a file's data loaded once for all its cells' worker counts.
+    load = functools.lru_cache(maxsize=1)(outline)
     for cell in cells:
         try:
             engines.check_engine(cell.engine, cell.spec)
