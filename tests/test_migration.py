@@ -46,7 +46,7 @@ def test_a_v1_runner_record_is_migrated(tmp_path: Path) -> None:
     loaded = _load(tmp_path, _v1())
     assert loaded.problems == []
     rec = loaded.records[0]
-    assert rec["schema_version"] == records.SCHEMA_VERSION == 4
+    assert rec["schema_version"] == records.SCHEMA_VERSION == 5
     assert rec["protocol_version"] == 1  # no window fields: each step timed alone
     assert rec["training_wall_s"] == 2.5 and "wall_time_s" not in rec
     assert rec["epochs"] == [{"epoch": 0, "elapsed_s": 1.5, "train_time_s": 1.0}]
@@ -116,15 +116,15 @@ def test_a_v2_record_names_the_protocol_that_timed_it(tmp_path: Path) -> None:
 V3_SAMPLE = Path(__file__).parent / "data" / "reference-v3-sample.jsonl"
 
 
-def test_a_v3_record_reads_as_its_rewritten_v4_form() -> None:
-    """Version 3 records (the protocol-2 reference before its rewrite) load, their series
+def test_a_v3_record_reads_as_its_rewritten_form() -> None:
+    """Version 3 records (the protocol-2 reference before its rewrites) load, their series
     rounded to what version 4 stores, and read exactly as the rewritten reference does."""
     old = records.load([V3_SAMPLE])
     assert old.problems == [] and len(old.records) >= 3
     new = {r["run_id"]: r for r in records.load([REFERENCE / "cpu-2core-digits"]).records}
     raw = [json.loads(line) for line in V3_SAMPLE.read_text().splitlines()]
     for rec, before in zip(old.records, raw, strict=True):
-        assert before["schema_version"] == 3 and rec["schema_version"] == 4
+        assert before["schema_version"] == 3 and rec["schema_version"] == records.SCHEMA_VERSION
         got = {k: v for k, v in rec.items() if k != "_source"}
         assert got == {k: v for k, v in new[rec["run_id"]].items() if k != "_source"}
         for rank, times in zip(rec["step_times_s"], before["step_times_s"], strict=True):

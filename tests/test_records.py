@@ -3,6 +3,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import multiprocessing
+import shlex
 import typing
 from pathlib import Path
 from typing import Any
@@ -173,3 +174,106 @@ def test_following_a_file_reads_only_what_was_appended(
     with open(big, "ab") as fh:
         fh.write(b"1}\n")
     assert follower.new() == [] and parsed == [10_001, 10_002]  # a damaged line, passed over
+
+
+ARGS = ["--model", "mlp", "--label", "note=two words", "--label", "q='x'"]
+RUNNER = ["/venv/bin/python", "/repo/runners/ddp.py", *ARGS]
+LAUNCHERS = {
+    # torchrun: the runner's arguments as its last words
+    "words": ["/venv/bin/python", "/venv/bin/torchrun", "--nproc-per-node=2", "ddp.py", *ARGS],
+    # horovodrun: one `sh -c` line, the arguments quoted at its end
+    "quoted": ["/bin/sh", "-c", "env HOROVOD_RANK=0 " + shlex.join(RUNNER)],
+}
+
+
+@pytest.mark.parametrize("how", sorted(LAUNCHERS))
+def test_the_runners_arguments_are_written_once_and_read_back_whole(
+    tmp_path: Path, how: str
+) -> None:
+    launcher = {"name": "torchrun", "runner_argv": RUNNER, "parent_argv": LAUNCHERS[how]}
+    records.append(tmp_path, _rec(0, launcher=launcher))
+    stored = json.loads((tmp_path / "runs.jsonl").read_text())["launcher"]
+    assert stored["then_runner_args"] == how
+    assert len(json.dumps(stored)) < len(json.dumps(launcher)) - len(json.dumps(ARGS)) + 40
+    (loaded,) = records.load([tmp_path]).records
+    assert loaded["launcher"] == launcher
+
+
+@pytest.mark.parametrize(
+    "parent",
+    [
+        None,
+        ["/venv/bin/python", "-m", "bench", "run"],  # does not end with the arguments
+        ["/bin/sh", "-c", "env X=1 python run.py --model mlp"],  # nor quoted at its end
+        [*LAUNCHERS["words"], "--extra"],
+    ],
+)
+def test_a_parent_command_without_the_runners_arguments_is_written_as_it_is(
+    tmp_path: Path, parent: list[str] | None
+) -> None:
+    launcher = {"name": "x", "runner_argv": RUNNER, "parent_argv": parent}
+    records.append(tmp_path, _rec(0, launcher=launcher))
+    assert json.loads((tmp_path / "runs.jsonl").read_text())["launcher"] == launcher
+    assert records.load([tmp_path]).records[0]["launcher"] == launcher
+
+
+@pytest.mark.parametrize(
+    "damaged",
+    [
+        {"then_runner_args": "words", "parent_argv": ["torchrun"]},  # runner's command gone
+        {"then_runner_args": "quoted", "runner_argv": RUNNER, "parent_argv": [7]},
+        {"then_runner_args": "words", "runner_argv": RUNNER, "parent_argv": "torchrun"},
+    ],
+)
+def test_a_damaged_stored_launcher_is_named_or_read_not_a_crash(
+    tmp_path: Path, damaged: dict[str, Any]
+) -> None:
+    (tmp_path / "runs.jsonl").write_text(json.dumps(_rec(0, launcher=damaged)) + "\n")
+    loaded = records.load([tmp_path])
+    assert len(loaded.records) + len(loaded.problems) == 1
+    for p in loaded.problems:
+        assert "launcher" in p.message
+
+
+EPOCHS = [
+    {
+        "epoch": i,
+        "steps": 22,
+        "train_loss": 1.5 / (i + 1),
+        "test_accuracy": None,
+        "elapsed_s": 0.1 * i,
+    }
+    for i in range(3)
+]
+
+
+@pytest.mark.parametrize(
+    "epochs, columns",
+    [
+        (EPOCHS, True),
+        ([], False),
+        ([*EPOCHS, {"epoch": 3}], False),  # names that differ stay entries
+        ([*EPOCHS, "damaged"], False),
+    ],
+)
+def test_epochs_are_written_a_list_a_name_and_read_back_as_entries(
+    tmp_path: Path, epochs: list[Any], columns: bool
+) -> None:
+    records.append(tmp_path, _rec(0, epochs=epochs))
+    stored = json.loads((tmp_path / "runs.jsonl").read_text())["epochs"]
+    if columns:
+        assert stored == {k: [e[k] for e in epochs] for k in epochs[0]}
+    else:
+        assert stored == epochs
+    loaded = records.load([tmp_path])
+    if epochs and not all(isinstance(e, dict) for e in epochs):
+        assert loaded.problems and "epochs" in loaded.problems[0].message
+    else:
+        assert loaded.records[0]["epochs"] == epochs
+
+
+def test_epochs_stored_as_lists_of_unequal_length_are_named_not_a_crash(tmp_path: Path) -> None:
+    damaged = {"epoch": [0, 1], "steps": [22]}
+    (tmp_path / "runs.jsonl").write_text(json.dumps(_rec(0, epochs=damaged)) + "\n")
+    loaded = records.load([tmp_path])
+    assert not loaded.records and "epochs" in loaded.problems[0].message

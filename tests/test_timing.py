@@ -19,6 +19,7 @@ from bench.contract.spec import RunSpec
 from bench.core.errors import InputError
 from bench.engines import Engine
 from bench.measure.window import Measure
+from bench.records import packed
 from bench.records.types import RunRecord
 from runners.adapters.base import EngineAdapter
 from runners.protocol import common, timing, train
@@ -80,7 +81,11 @@ def test_windowed_losses_equal_per_step_losses(engine: Engine) -> None:
         assert plain["timed_steps"] == 56 == sum(plain["window_steps"])
         assert len(plain["step_times_s"][0]) == 56
         assert max(plain["window_steps"]) == 3
-        assert len(plain["window_throughput"]) == len(plain["window_steps"])
+        # each window's throughput, read off the window times, is what the run measured by
+        tput = packed.window_throughput(cast(dict, plain))
+        assert tput is not None and tput.shape == (len(plain["window_steps"]),)
+        assert np.median(tput) == pytest.approx(plain["measurement"]["window_median"], rel=1e-12)
+        assert "window_throughput" not in plain  # written out no more (schema 5)
         # measuring on after training changes neither the losses nor the trained weights
         longer = _protocol(adapter, SPEC, Measure(window_steps=3, target_ci=1e-9, cap_s=0.3))
         assert longer["step_losses"] == expected

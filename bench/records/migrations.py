@@ -106,11 +106,19 @@ def _v3_to_v4(record: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _v4_to_v5(record: dict[str, Any]) -> dict[str, Any]:
+    """v5: each window's throughput is no longer written out, since the window times and
+    steps and the global batch hold it (packed.window_throughput reads it off them). A
+    v4 record keeps the series it has, which readers take as it is."""
+    return dict(record, schema_version=5)
+
+
 # Explicit migrations, oldest first: MIGRATIONS[v] turns a version-v record into v+1.
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     1: _v1_to_v2,
     2: _v2_to_v3,
     3: _v3_to_v4,
+    4: _v4_to_v5,
 }
 
 

@@ -191,3 +191,28 @@ def _floats(values: Any) -> list[Any]:
     if not isinstance(values, list):
         raise TypeError("not a list")
     return [np.nan if x is None else x for x in values]
+
+
+def window_throughput(record: Mapping[str, Any]) -> np.ndarray | None:
+    """Each window's global samples/s, timed by its slowest rank: the record's own
+    `window_throughput` where it has one (records before schema 5), else read off its
+    window times: global batch x the window's steps / its slowest rank's seconds (at the
+    microsecond the times were stored at; written out, the series was 17-digit floats
+    of what the other two fields hold). None without them, or with no good window."""
+    stored = series(record, "window_throughput")
+    if stored is not None or "window_throughput" in record:
+        return stored
+    times, steps, batch = (
+        series(record, "window_times_s"),
+        series(record, "window_steps"),
+        record.get("global_batch"),
+    )
+    if times is None or steps is None or times.ndim != 2 or steps.ndim != 1:
+        return None
+    if times.shape[1] != steps.size or not times.shape[0]:
+        return None
+    if isinstance(batch, bool) or not isinstance(batch, int | float) or batch <= 0:
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        slowest = times.max(axis=0)
+        return np.where(slowest > 0, float(batch) * steps / slowest, np.nan)

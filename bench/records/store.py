@@ -27,7 +27,7 @@ import orjson
 from bench.core import allowlist, machine
 from bench.core.errors import RecordsError
 from bench.measure.window import PROTOCOL_VERSION
-from bench.records import packed, schema
+from bench.records import compact, packed, schema
 from bench.records.migrations import migrate
 from bench.records.types import (
     LABEL_TYPES,
@@ -179,8 +179,9 @@ def finite(record: Mapping[str, Any]) -> Mapping[str, Any]:
 def stored_form(record: Mapping[str, Any]) -> dict[str, Any]:
     """`record` as it is written: each series types.py marks `Stored` packed at the
     resolution it was measured (bench/records/packed.py), or, where the packed form
-    cannot hold it, a list rounded alike."""
-    out = dict(record)
+    cannot hold it, a list rounded alike; the launcher's commands with the runner's
+    arguments and the epochs' names once (bench/records/compact.py)."""
+    out = compact.compact(record)
     for field, stored in schema.STORED.items():
         if field in out:
             got = packed.pack(out[field], stored)
@@ -348,6 +349,7 @@ def parse_line(path: Path, number: int, raw: bytes, unpack: bool = True) -> Load
         record = migrate(record)
     except ValueError as exc:
         return Problem(str(path), number, str(exc))
+    record = compact.expand(record)
     problem = schema.validate(record)
     if problem:
         return Problem(str(path), number, problem)

@@ -87,7 +87,7 @@ def window_stats(record: Mapping[str, Any]) -> dict[str, float] | None:
     """The launch's windows as the noise table needs them: their number, the mean and
     variance (ddof 1) of their log throughputs, and a window's median seconds. None
     without two good windows (older records, failed runs, damaged arrays)."""
-    tput_array = packed.series(record, "window_throughput")
+    tput_array = packed.window_throughput(record)
     steps_array = packed.series(record, "window_steps")
     batch = record.get("global_batch")
     if tput_array is None or steps_array is None or tput_array.shape != steps_array.shape:

@@ -23,7 +23,7 @@ from typing import Annotated, Any, Final, TypedDict
 # The version these types describe; bump it (and add a migration) when a field is
 # renamed or changes meaning. 4: the per-step series at the resolution they were
 # measured, stored packed (`Stored`, bench/records/packed.py).
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 
 
 class Status(enum.StrEnum):
@@ -424,8 +424,8 @@ class RunFields(TypedDict, total=False):
     # [rank][window], one synchronisation per window
     window_times_s: Annotated[list[list[float]], NullIfFailed, MICROSECONDS]
     window_steps: Annotated[list[Count], Stored("<i4")]
-    # global samples/s of each window, timed by its slowest rank (in full: the noise
-    # table's figures are read off them)
+    # global samples/s of each window, timed by its slowest rank: written before schema
+    # 5 only; readers take packed.window_throughput, which reads it off the window times
     window_throughput: Annotated[list[float], NullIfFailed, Stored("<f8")]
     measurement: Measurement
     contention: list[Contention | None]  # per rank

@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from bench import engines
+from bench.records import packed
 
 # --- per record -------------------------------------------------------------------
 
@@ -207,7 +208,8 @@ def step_s(r: Mapping[str, Any]) -> float:
 def median_window_step_s(r: Mapping[str, Any]) -> float | None:
     """One run's typical step: global batch over its median window's throughput."""
     batch = r.get("global_batch") or 0
-    windows = [w for w in r.get("window_throughput") or [] if isinstance(w, int | float) and w > 0]
+    tput = packed.window_throughput(r)
+    windows = [] if tput is None or tput.ndim != 1 else [float(w) for w in tput if w > 0]
     if not windows and r.get("throughput"):
         windows = [r["throughput"]]
     return batch / float(np.median(windows)) if batch and windows else None

@@ -132,19 +132,28 @@ def _epoch_entry(
     )
     ev = adapter.allreduce_sum(np.asarray([loss_sum, correct, count], dtype=np.float64))
     PROGRESS.mark()
+    # At the resolution they were measured, as the step series are stored: times in
+    # microseconds, losses in float32 (what every framework computes them in).
+    slowest = round(slowest, 6)
     entry: Epoch = {
         "epoch": epoch,
         "steps": len(losses),
         "samples_seen": run.step * per * world,
-        "train_loss": float(np.mean(epoch_step_losses)),
-        "test_loss": float(ev[0] / ev[2]),
+        "train_loss": _f32(np.mean(epoch_step_losses)),
+        "test_loss": _f32(ev[0] / ev[2]),
         "test_accuracy": float(ev[1] / ev[2]),
         "train_time_s": slowest,
-        "elapsed_s": time.perf_counter() - run.wall0,  # since training began
-        "samples_per_s": len(losses) * per * world / slowest if slowest > 0 else None,
+        "elapsed_s": round(time.perf_counter() - run.wall0, 6),  # since training began
+        "samples_per_s": (round(len(losses) * per * world / slowest, 3) if slowest > 0 else None),
     }
     run.epochs.append(entry)
     return entry, epoch_step_losses
+
+
+def _f32(value: Any) -> float:
+    """`value` at float32 precision, as the shortest decimal that reads back as that
+    float32 (NaN and infinities stay as they are)."""
+    return float(str(np.float32(value)))
 
 
 def check_finite(run: Run, entry: Epoch, epoch_step_losses: list[float], record: RunRecord) -> None:
