@@ -3,8 +3,8 @@
     .venv/bin/python tests/benchmarks/compare_scale.py [--records 10000] [--runs 3]
 
 Writes N records made from the committed reference sweep (each reference record copied
-with a new run id, as a year of nightly sweeps would pile them up: about 19 KB a record
-in the packed form, 190 MB at 10,000) into a temporary folder; then runs `bench compare`
+with a new run id, as a year of nightly sweeps would pile them up: about 18 KB a record
+as schema 5 writes it, 181 MB at 10,000) into a temporary folder; then runs `bench compare`
 on them in fresh processes: once with no cache (it builds the caches beside the file),
 then `--runs` times reading them. Prints wall seconds and peak memory of each.
 Targets on the 2-core reference machine (docs/reading-compare.md has the measurement):
