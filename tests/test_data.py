@@ -263,7 +263,7 @@ def test_an_outline_has_the_loaded_datasets_sizes_and_types(
     """What `bench run` checks its plan on: synthetic data's sizes without its values."""
     kwargs = dict(seed=3, test_fraction=0.2, input_shape=shape, num_classes=4, samples=samples)
     real = data.load_dataset("synthetic", tokens=tokens, **kwargs)  # type: ignore[arg-type]
-    sketch = data.outline("synthetic", tokens=tokens, **kwargs)  # type: ignore[arg-type]
+    sketch = data.outline("synthetic", tokens=tokens, **kwargs)
     for field in ("train_x", "train_y", "test_x", "test_y"):
         a, b = getattr(real, field), getattr(sketch, field)
         assert (a.shape, a.dtype) == (b.shape, b.dtype), field

@@ -18,6 +18,7 @@ import hashlib
 import struct
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -102,12 +103,16 @@ def load_synthetic(
     num_classes: int = 10,
     samples: int = 2048,
     tokens: bool = False,
+    values: bool = True,
     **_: object,
 ) -> Dataset:
     """Fixed random inputs and labels: for throughput, where accuracy means nothing.
 
-    For token models: random ids from a SYNTHETIC_VOCAB vocabulary.
+    For token models: random ids from a SYNTHETIC_VOCAB vocabulary. Without `values`,
+    arrays of the same shapes and types holding none (`outline`).
     """
+    if not values:
+        return _outline(samples, test_fraction, input_shape, num_classes, tokens)
     rng = streams.rng(seed, Stream.SYNTH)
     if tokens:
         (seq,) = input_shape
@@ -319,44 +324,30 @@ LOADERS: dict[str, Callable[..., Dataset]] = {
 }
 
 
-def outline(
-    name: str,
-    *,
-    seed: int,
-    test_fraction: float,
-    data_path: str | None = None,
-    input_shape: tuple[int, ...] = (1, 28, 28),
-    num_classes: int = 10,
-    samples: int = 2048,
-    tokens: bool = False,
-) -> Dataset:
-    """What `load_dataset` returns, for checks that read only sizes (`bench run`'s plan).
+def outline(name: str, **options: Any) -> Dataset:
+    """What `load_dataset(name, **options)` returns, for checks that read only sizes
+    (`bench run`'s plan).
 
     Synthetic data comes as arrays of the right shapes and types holding no values
     (zeros, broadcast: no memory), since generating ResNet-50's 224x224 set takes
     seconds and gigabytes; any other dataset is loaded, as its files must be checked.
     """
     if name != "synthetic":
-        return load_dataset(
-            name,
-            seed=seed,
-            test_fraction=test_fraction,
-            data_path=data_path,
-            input_shape=input_shape,
-            num_classes=num_classes,
-            samples=samples,
-            tokens=tokens,
-        )
-    n_test = round(samples * test_fraction)
-    sizes = (samples - n_test, n_test)
+        return load_dataset(name, **options)
+    return load_synthetic(**options, values=False)
+
+
+def _outline(
+    samples: int, test_fraction: float, shape: tuple[int, ...], classes: int, tokens: bool
+) -> Dataset:
+    """The synthetic set's arrays as `load_synthetic` splits them, holding no values."""
+    sizes = (samples - round(samples * test_fraction), round(samples * test_fraction))
     if tokens:
-        (seq,) = input_shape
-        x = [_nothing((n, seq), np.int64) for n in sizes]
-        y = [_nothing((n, seq), np.int64) for n in sizes]
-        return Dataset(name, x[0], y[0], x[1], y[1], SYNTHETIC_VOCAB, tokens=True)
-    x = [_nothing((n, *input_shape), np.float32) for n in sizes]
+        ids = [_nothing((n, *shape), np.int64) for n in sizes]  # inputs and targets alike
+        return Dataset("synthetic", ids[0], ids[0], ids[1], ids[1], SYNTHETIC_VOCAB, tokens=True)
+    x = [_nothing((n, *shape), np.float32) for n in sizes]
     y = [_nothing((n,), np.int64) for n in sizes]
-    return Dataset(name, x[0], y[0], x[1], y[1], num_classes)
+    return Dataset("synthetic", x[0], y[0], x[1], y[1], classes)
 
 
 def _nothing(shape: tuple[int, ...], dtype: type[np.generic]) -> np.ndarray:
