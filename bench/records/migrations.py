@@ -109,7 +109,9 @@ def _v3_to_v4(record: dict[str, Any]) -> dict[str, Any]:
 def _v4_to_v5(record: dict[str, Any]) -> dict[str, Any]:
     """v5: each window's throughput is no longer written out, since the window times and
     steps and the global batch hold it (packed.window_throughput reads it off them). A
-    v4 record keeps the series it has, which readers take as it is."""
+    v4 record keeps the series it has, which readers take as it is. The launcher's and
+    the epochs' shorter written forms (compact.py) are read back whole as a record is
+    read; a reader before version 5 would take them for damage, so it is told to upgrade."""
     return dict(record, schema_version=5)
 
 

@@ -152,8 +152,9 @@ def _epoch_entry(
 
 def _f32(value: Any) -> float:
     """`value` at float32 precision, as the shortest decimal that reads back as that
-    float32 (NaN and infinities stay as they are)."""
-    return float(str(np.float32(value)))
+    float32 (NaN and infinities stay as they are; beyond float32's range, infinite)."""
+    with np.errstate(over="ignore"):
+        return float(str(np.float32(value)))
 
 
 def check_finite(run: Run, entry: Epoch, epoch_step_losses: list[float], record: RunRecord) -> None:
