@@ -37,12 +37,19 @@ def _no_ok_record(results: Path) -> None:
     ],
     ids=["model", "dataset", "mnist-path", "batch", "batch-too-big", "warmup", "optimizer"],
 )
-def test_runner_refuses(engine: Engine, args: list[str], message: str, tmp_path: Path) -> None:
+def test_runner_refuses(
+    engine: Engine, args: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Python lists every module it imports on stderr: the refusal comes before any framework
+    monkeypatch.setenv("PYTHONPROFILEIMPORTTIME", "1")
     proc, recs = run_direct(engine, args, tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
     assert recs == []
+    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()}
+    assert "numpy" in imported  # the listing is there
+    assert not imported & {"torch", "paddle", "horovod"}, "a framework loaded before the refusal"
 
 
 def test_missing_mnist_files_say_where(tmp_path: Path) -> None:

@@ -9,11 +9,13 @@ from bench.render import formats
 from runners.protocol import startup
 from tests.shared_sweep import SharedSweep
 
-MARKS = {"process": 101.0, "imported": 103.5, "data": 103.75, "group": 104.0,
-         "recorded": 104.25, "built": 105.0, "first_timed": 106.0}  # fmt: skip
+# in the order a runner passes them: the data is checked before the framework's import
+MARKS = {"process": 101.0, "started": 101.5, "data": 101.75, "imported": 103.75,
+         "group": 104.0, "recorded": 104.25, "built": 105.0, "first_timed": 106.0}  # fmt: skip
 
 
 def test_phases_are_the_gaps_between_marks_worked_by_hand() -> None:
+    # interpreter and imports: Python and the runner (0.5 s), then the framework (2.0 s)
     got = startup.phases(MARKS, launched_at=100.0)
     assert got == {"launcher": 1.0, "interpreter and imports": 2.5, "data": 0.25,
                    "process group": 0.25, "harness set-up": 0.25,

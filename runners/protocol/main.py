@@ -2,9 +2,10 @@
 
 Order of work, and why:
 1. Everything that can be wrong with the input (spec, model, dataset, batch vs
-   world size, results location) is checked on every rank *before* any process
-   group exists, so bad input fails fast everywhere instead of leaving peers
-   hung in a collective.
+   world size, results location) is checked on every rank *before* the framework
+   loads and any process group exists, so bad input fails fast everywhere (in a
+   fraction of a second, not the seconds a framework's import takes) instead of
+   leaving peers hung in a collective.
 2. Threads are set before a framework is imported (the adapter module is
    imported only then), identically for every engine. What the imports made is
    then frozen out of the collector's sight (`_adapter`).
@@ -146,14 +147,15 @@ def main(engine: Engine, argv: Sequence[str] | None = None) -> int:
     """Entry point shared by runners/hvd.py, runners/ddp.py and runners/paddle_dp.py."""
     started = time.time()
     args = build_parser(engine).parse_args(argv)
+    CLOCK.mark("started")
     try:
         given = _Inputs(engine, args)
-        adapter = _adapter(engine, given, args.collective_timeout)
-        CLOCK.mark("imported")
-        model, dataset, spe = prepare(given.spec, adapter.expected_world_size())
+        model, dataset, spe = prepare(given.spec, _announced_size(engine))
         engines.check_engine(engine, given.spec)
         check_device(given.spec)
         CLOCK.mark("data")
+        adapter = _adapter(engine, given, args.collective_timeout)
+        CLOCK.mark("imported")
         adapter.init()
         _check_world(engine, adapter)
         # after the group exists (its threads are moved too), before any timed step
@@ -209,6 +211,12 @@ class WorldMismatch(BenchError):
     def __init__(self, message: str, announced: engines.Announced) -> None:
         super().__init__(message)
         self.announced = announced
+
+
+def _announced_size(engine: Engine) -> int:
+    """The world size the launcher announced (1 where none did), before the framework loads."""
+    announced = engines.announced_world(engine, os.environ)
+    return announced.size if announced else 1
 
 
 def _launcher_rank(engine: Engine) -> int | None:
