@@ -65,7 +65,7 @@ pin=(-c "$root/constraints.txt")
 # The project's own modules compiled to bytecode once, here: an environment that sets
 # PYTHONDONTWRITEBYTECODE (some containers do) would otherwise have every process of a
 # sweep or of the test suite compile them from source again (0.05-0.1 s of CPU each;
-# the suite starts about a thousand). Python still reads these; a changed source is
+# the suite starts hundreds). Python still reads these; a changed source is
 # compiled afresh. compileall rewrites only what changed: a fraction of a second.
 compile_sources() {
     "$vpy" -m compileall -q bench runners models scripts tests >/dev/null

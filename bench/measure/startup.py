@@ -36,8 +36,8 @@ def phases(marks: Mapping[str, float], launched_at: float | None) -> dict[str, f
         points["launch"] = launched_at
     out: dict[str, float] = {}
     for phase, spans in PHASES:
-        if phase == "launcher" and launched_at is None:
-            continue
+        if launched_at is None and spans[0][0] == "launch":
+            continue  # started by hand: no launch instant to count from
         if any(mark not in points for span in spans for mark in span):
             return None
         out[phase] = sum(max(points[end] - points[begin], 0.0) for begin, end in spans)

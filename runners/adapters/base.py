@@ -164,6 +164,14 @@ def union_seconds(spans: list[tuple[float, float]]) -> float:
     return total
 
 
+def announced_size(engine: Engine) -> int:
+    """World size as the launcher announced it (1 where none did), read from its variables
+    before the framework loads or any collective starts; the protocol refuses a started
+    world of another size."""
+    announced = engines.announced_world(engine, os.environ)
+    return announced.size if announced else 1
+
+
 class EngineAdapter(abc.ABC):
     engine: Engine
     # Set by the profiled steps (runners/protocol/profile.py) and None otherwise: the
@@ -188,10 +196,8 @@ class EngineAdapter(abc.ABC):
         self.local_world_size = 1  # workers on this rank's node; world / local = nodes
 
     def expected_world_size(self) -> int:
-        """World size as the launcher announced it (1 where none did), read before any
-        collective starts; the protocol refuses a started world of another size."""
-        announced = engines.announced_world(self.engine, os.environ)
-        return announced.size if announced else 1
+        """World size as the launcher announced it (announced_size)."""
+        return announced_size(self.engine)
 
     @abc.abstractmethod
     def init(self) -> None:

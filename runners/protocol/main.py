@@ -35,7 +35,7 @@ from bench.engines import Engine
 from bench.launch import netns
 from bench.measure.window import Measure, add_measure_flags, measure_from_args
 from bench.records import RunRecord, Status
-from runners.adapters.base import EngineAdapter
+from runners.adapters.base import EngineAdapter, announced_size
 from runners.protocol import affinity, faults, fields
 from runners.protocol.common import (
     gather_json,
@@ -150,7 +150,7 @@ def main(engine: Engine, argv: Sequence[str] | None = None) -> int:
     CLOCK.mark("started")
     try:
         given = _Inputs(engine, args)
-        model, dataset, spe = prepare(given.spec, _announced_size(engine))
+        model, dataset, spe = prepare(given.spec, announced_size(engine))
         engines.check_engine(engine, given.spec)
         check_device(given.spec)
         CLOCK.mark("data")
@@ -211,12 +211,6 @@ class WorldMismatch(BenchError):
     def __init__(self, message: str, announced: engines.Announced) -> None:
         super().__init__(message)
         self.announced = announced
-
-
-def _announced_size(engine: Engine) -> int:
-    """The world size the launcher announced (1 where none did), before the framework loads."""
-    announced = engines.announced_world(engine, os.environ)
-    return announced.size if announced else 1
 
 
 def _launcher_rank(engine: Engine) -> int | None:
