@@ -23,6 +23,7 @@ import pytest
 from bench import engines, records
 from bench.contract.spec import RunSpec
 from bench.engines import Engine
+from bench.launch import process
 from bench.sweep import SweepConfig, plan, run_cell
 from tests.conftest import NO_EXTRA_WINDOWS, NO_PROFILE, ROOT
 
@@ -257,3 +258,27 @@ def test_ctrl_c_stops_the_sweep_keeps_records_and_resumes(tmp_path: Path) -> Non
     # the rerun of the first sweep resumes: everything already recorded
     again = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert again.returncode == 0 and "2 cells (2 already recorded, skipped)" in again.stdout
+
+
+def test_ctrl_c_inside_the_launch_itself_kills_what_it_started(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Ctrl-C landing after the fork and before Popen returns (the launcher's process
+    exists, its handle not yet): the launcher must still be killed, not left to train.
+
+    The signal is raised at exactly that point, in this process, under its default
+    Ctrl-C handler; the launcher is a real process that would otherwise sleep a minute.
+    """
+    marker = f"launched-{uuid.uuid4().hex}"
+    execute_child = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+
+    def then_ctrl_c(self: subprocess.Popen[bytes], *args: object, **kwargs: object) -> None:
+        execute_child(self, *args, **kwargs)
+        signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", then_ctrl_c)
+    argv = [sys.executable, "-c", "import time; time.sleep(60)", marker]
+    with pytest.raises(KeyboardInterrupt):
+        process.run_launches([argv], [tmp_path / "launcher.log"], timeout=120)
+    monkeypatch.undo()
+    assert _procs_with(marker) == [], "the launcher outlived the Ctrl-C that stopped it"

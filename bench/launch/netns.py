@@ -30,7 +30,7 @@ import psutil
 
 from bench.core.errors import LinkError
 from bench.launch.cluster import Cluster, parse_hosts
-from bench.launch.process import kill_tree, stop_processes
+from bench.launch.process import kill_tree, signals_held, stop_processes
 
 IFACE = "bench0"
 # `bench run --emulate-link`'s pair: one fixed subnet, so that the hosts a cell records
@@ -323,14 +323,14 @@ def _start_sshd(
         )
     _make_keys(tmp)
     Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege-separation directory
-    with open(tmp / "sshd.log", "wb") as log:
+    with open(tmp / "sshd.log", "wb") as log, signals_held():
         proc = subprocess.Popen(
             _sshd_argv(sshd, namespace, address, tmp),
             stdout=subprocess.DEVNULL,
             stderr=log,
             start_new_session=True,  # Ctrl-C reaches bench, which stops sshd in order
         )
-    started.append(proc)
+        started.append(proc)
     if not _listening(proc, namespace, address):
         why = "exited" if proc.poll() is not None else f"did not listen within {SSHD_START_S:g}s"
         log_text = (tmp / "sshd.log").read_text(errors="replace").strip()

@@ -13,8 +13,9 @@ import dataclasses
 import os
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -22,6 +23,9 @@ import psutil
 
 from bench.core.errors import RecordsError
 from bench.launch.cluster import ROOT
+
+# The signals that stop a command (bench/cli/common.stop_on_signals, Ctrl-C).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 # After one host's launcher fails, how long its peers get to fail on their own (their
 # collectives time out) before they are killed.
@@ -49,16 +53,17 @@ def run_launches(argvs: Sequence[list[str]], logs: Sequence[Path], timeout: floa
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for argv, fh in zip(argvs, handles, strict=True):
-            procs.append(
-                subprocess.Popen(
-                    argv,
-                    stdout=fh,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                    cwd=ROOT,
+            with signals_held():
+                procs.append(
+                    subprocess.Popen(
+                        argv,
+                        stdout=fh,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        start_new_session=True,
+                        cwd=ROOT,
+                    )
                 )
-            )
         timed_out = _wait(procs, start + timeout)
     except BaseException:  # Ctrl-C, SIGTERM: stop the workers, then let the caller end
         for p in procs:
@@ -78,6 +83,35 @@ def run_launches(argvs: Sequence[list[str]], logs: Sequence[Path], timeout: floa
     else:
         error = "launcher failed on " + ", ".join(f"host {i} (exit code {rc})" for i, rc in bad)
     return Outcome(False, False, error, seconds)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold Ctrl-C, SIGTERM and SIGHUP while the body starts a process; act on them after.
+
+    A signal that lands inside `subprocess.Popen`, after the fork and before Popen
+    returns, raises where the caller has no handle on the child, which then outlives
+    the command (a torchrun started so trained to its end and appended its record to a
+    sweep that had stopped). Held, the signal is acted on, by the handler it would have
+    met, once the body has kept the handle. Handlers run in the main thread only, so
+    elsewhere there is nothing to hold; a signal ignored, or handled outside Python, is
+    left as it is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    held = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    held = {sig: h for sig, h in held.items() if h is not None and h != signal.SIG_IGN}
+    for sig in held:
+        signal.signal(sig, lambda signum, _frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in held.items():
+            signal.signal(sig, handler)
+        for signum in dict.fromkeys(caught):
+            signal.raise_signal(signum)
 
 
 def _open_logs(logs: Sequence[Path]) -> list[BinaryIO]:
