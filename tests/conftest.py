@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -244,7 +245,7 @@ def ok_record(proc: subprocess.CompletedProcess[str], recs: list[dict[str, Any]]
 
 
 @contextlib.contextmanager
-def machine_turn(factory: pytest.TempPathFactory, alone: bool = False) -> Iterator[None]:
+def machine_turn(factory: pytest.TempPathFactory, who: str, alone: bool = False) -> Iterator[None]:
     """A turn on the machine, under pytest-xdist: shared with the other process's work,
     or `alone`, waiting until that work ends and keeping new work from starting.
 
@@ -264,8 +265,10 @@ def machine_turn(factory: pytest.TempPathFactory, alone: bool = False) -> Iterat
         return
     root = factory.getbasetemp().parent  # the run's; each worker's is a folder in it
     with (root / "turnstile.lock").open("w") as gate, (root / "machine.lock").open("w") as m:
+        asked = time.monotonic()
         fcntl.flock(gate, fcntl.LOCK_EX)
         fcntl.flock(m, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        _waited(root, f"{'an alone' if alone else 'a'} turn for {who}", asked)
         if not alone:
             fcntl.flock(gate, fcntl.LOCK_UN)
         _IN_TURN = "alone" if alone else "shared"
@@ -276,6 +279,37 @@ def machine_turn(factory: pytest.TempPathFactory, alone: bool = False) -> Iterat
 
 
 _IN_TURN: str | None = None
+
+# What the two processes spend standing still, one waiting on the other (for a turn on the
+# machine, or for a shared run the other is building): a line each in the run's temporary
+# root, added up at the end of the run (pytest_terminal_summary), so that every run of
+# scripts/test.sh says how much of its time the scheduling of its files cost.
+WAITS = "waits.tsv"
+
+
+def _waited(root: Path, what: str, since: float) -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    with (root / WAITS).open("a") as log:  # one short line: appended whole
+        log.write(f"{worker}\t{time.monotonic() - since:.1f}\t{what}\n")
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """The waits above, per process and the longest, where the run had two processes."""
+    factory = getattr(config, "_tmp_path_factory", None)  # pytest's own, set at configure
+    if factory is None or "PYTEST_XDIST_WORKER" in os.environ:
+        return
+    path = factory.getbasetemp() / WAITS  # the run's root: each worker's folder is in it
+    try:
+        rows = [line.split("\t", 2) for line in path.read_text().splitlines()]
+    except OSError:
+        return
+    waits = sorted(((float(s), w, what) for w, s, what in rows), reverse=True)
+    per = {w: sum(s for s, ww, _ in waits if ww == w) for _, w, _ in waits}
+    total = ", ".join(f"{w} {s:.0f} s" for w, s in sorted(per.items()))
+    terminalreporter.write_sep("-", f"waits, one process on the other: {total}")
+    for seconds, worker, what in waits[:8]:
+        if seconds >= 1:
+            terminalreporter.write_line(f"{seconds:7.1f} s  {worker}  {what}")
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -308,7 +342,7 @@ def _machine_turn(
     it is taken before the file's own fixtures (its sweeps) and given back after them;
     the session's shared fixtures take a turn of their own while they are built."""
     alone = request.node.get_closest_marker("alone") is not None
-    with machine_turn(tmp_path_factory, alone):
+    with machine_turn(tmp_path_factory, request.node.nodeid, alone):
         yield
 
 
@@ -356,14 +390,16 @@ def once_per_run(factory: pytest.TempPathFactory, name: str, build: Callable[[Pa
         raise RuntimeError(f"a file marked alone cannot use the run's shared {name!r}")
     root = factory.getbasetemp().parent  # the run's; each worker's is a folder in it
     with (root / f"{name}.lock").open("w") as lock:
+        asked = time.monotonic()
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         built = root / f"{name}.pickle"
         if built.exists():
+            _waited(root, f"the shared {name!r}, built by the other process", asked)
             return cast(T, pickle.loads(built.read_bytes()))
         folder = root / name
         shutil.rmtree(folder, ignore_errors=True)  # what a failed build left
         folder.mkdir()
-        with machine_turn(factory):  # session fixtures are built before a file's turn
+        with machine_turn(factory, f"building {name!r}"):  # before a file's turn
             value = build(folder)
         part = built.with_suffix(".part")
         part.write_bytes(pickle.dumps(value))

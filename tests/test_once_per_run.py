@@ -8,6 +8,7 @@ A real two-worker pytest run checks it here, on a suite of its own.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -102,6 +103,7 @@ def test_two_workers_share_one_build_and_a_failed_build_is_retried(tmp_path: Pat
 
 TURN_CONFTEST = """
 from tests.conftest import _machine_turn  # noqa: F401  (the autouse fixture under test)
+from tests.conftest import pytest_terminal_summary  # noqa: F401  (and the waits it adds up)
 
 
 def pytest_configure(config):
@@ -160,3 +162,10 @@ def test_a_file_marked_alone_runs_with_no_other_file_beside_it(tmp_path: Path) -
     # no other test ran between the alone file's first start and its last end
     beside = [(a, b) for a, b in others if a < last and b > first]
     assert not beside, (alone, others)
+    # the waits that made it so are told: the alone file's for the file it found running,
+    # or the other process's for the alone file
+    summary = re.search(r"waits, one process on the other: (.*) -+$", proc.stdout, re.M)
+    assert summary, proc.stdout[-3000:]
+    told = re.findall(r"^ +([\d.]+) s  (gw\d)  (an alone|a) turn for (\S+)$", proc.stdout, re.M)
+    assert any(who.endswith("test_alone.py") or kind == "a" for _, _, kind, who in told), told
+    assert {w for _, w, _, _ in told} <= {"gw0", "gw1"}, told
