@@ -304,12 +304,13 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     except OSError:
         return
     waits = sorted(((float(s), w, what) for w, s, what in rows), reverse=True)
-    per = {w: sum(s for s, ww, _ in waits if ww == w) for _, w, _ in waits}
+    per: dict[str, float] = {}
+    for seconds, worker, _ in waits:
+        per[worker] = per.get(worker, 0.0) + seconds
     total = ", ".join(f"{w} {s:.0f} s" for w, s in sorted(per.items()))
     terminalreporter.write_sep("-", f"waits, one process on the other: {total}")
-    for seconds, worker, what in waits[:8]:
-        if seconds >= 1:
-            terminalreporter.write_line(f"{seconds:7.1f} s  {worker}  {what}")
+    for seconds, worker, what in [w for w in waits if w[0] >= 1][:8]:
+        terminalreporter.write_line(f"{seconds:7.1f} s  {worker}  {what}")
 
 
 @pytest.fixture(autouse=True, scope="session")
