@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import math
 import zlib
 from collections.abc import Mapping
@@ -105,8 +106,8 @@ def _numbers(value: Any) -> np.ndarray | None:
 
 
 def array(value: Mapping[str, Any]) -> np.ndarray:
-    """A packed series' values as float64 (NaN: null), in its shape; ValueError naming
-    what is wrong when it does not decode."""
+    """A packed series' values as float64 (NaN: null), in its shape, read-only; ValueError
+    naming what is wrong when it does not decode."""
     dtype, shape, divisor = value.get("dtype"), value.get("shape"), value.get("divisor")
     if dtype not in _DTYPES:
         raise ValueError(f"packed dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
@@ -120,16 +121,27 @@ def array(value: Mapping[str, Any]) -> np.ndarray:
     size = math.prod(dims)
     if size > _MOST or (len(dims) == 2 and dims[0] > _ROWS):
         raise ValueError(f"packed shape {shape!r} is larger than any record holds")
+    return _decoded(str(value.get("data")), dtype, tuple(dims), divisor)
+
+
+# A record's series is decoded by its check (stand_in), then by each figure read off it
+# (the frame's row: window throughputs, quantiles, losses): the last few decodings are
+# kept, read-only, so each series of the record being read is decompressed once.
+@functools.lru_cache(maxsize=16)
+def _decoded(data: str, dtype: str, dims: tuple[int, ...], divisor: int) -> np.ndarray:
     width = np.dtype(dtype).itemsize
+    size = math.prod(dims)
     try:
-        raw = zlib.decompress(base64.b64decode(str(value.get("data")), validate=True))
+        raw = zlib.decompress(base64.b64decode(data, validate=True))
     except (binascii.Error, zlib.error, ValueError) as exc:
         raise ValueError(f"packed data does not decode ({exc})") from None
     if len(raw) != size * width:
         raise ValueError(f"packed data holds {len(raw)} bytes, not {size} x {width}")
     values = np.frombuffer(raw, np.uint8).reshape(width, size).T.copy().view(dtype)
     out = values.reshape(dims).astype(np.float64)
-    return out / divisor if divisor != 1 else out
+    out = out / divisor if divisor != 1 else out
+    out.setflags(write=False)
+    return out
 
 
 def stand_in(value: Mapping[str, Any]) -> list[Any]:

@@ -87,6 +87,34 @@ _PRIMITIVES = {
     float: _simple("a finite number", _is_num),
     Any: Checker("any value", lambda value, path, strict: None),
 }
+# The exact types that pass a primitive's check in every mode, tested inline in the loops
+# over a list's, an object's or a mapping's values (most of a record's values are such
+# strings and numbers): a value of another type goes through the whole check. A float
+# passes `float` only when finite, tested inline as `v - v == 0.0`.
+_SURE = {
+    id(_PRIMITIVES[str]): frozenset({str}),
+    id(_PRIMITIVES[bool]): frozenset({bool}),
+    id(_PRIMITIVES[int]): frozenset({int}),
+    id(_PRIMITIVES[float]): frozenset({int}),
+}
+
+
+_FINITE = {id(_PRIMITIVES[float])}
+
+
+def _sure(c: Checker) -> tuple[frozenset[type], bool]:
+    """(the exact types that surely pass `c`, whether a finite float does)."""
+    return _SURE.get(id(c), frozenset()), id(c) in _FINITE
+
+
+def _same_sure(made: Checker, *parts: Checker) -> Checker:
+    """`made` passes whatever any of `parts` surely passes (a union of them, or one of
+    them under constraints that add no check): noted for the inline tests. Checkers are
+    built once and kept (`checker` is cached), so their ids stay theirs."""
+    _SURE[id(made)] = frozenset().union(*(_sure(p)[0] for p in parts))
+    if any(_sure(p)[1] for p in parts):
+        _FINITE.add(id(made))
+    return made
 
 
 @functools.cache
@@ -131,20 +159,19 @@ def _union(args: tuple[Any, ...]) -> Checker:
         also = " or null" if nullable and mode != STRICT else ""
         return f"{path}: expected {name}{also}, got {_got(value)}"
 
-    return Checker(f"{name} or null" if nullable else name, check)
+    return _same_sure(Checker(f"{name} or null" if nullable else name, check), *options)
 
 
 def _list(item: Checker) -> Checker:
-    numbers = item is _PRIMITIVES[float]
+    sure, finite = _sure(item)
     name = f"a list of {item.name}"
 
     def check(value: Any, path: str, mode: int) -> str | None:
         if not isinstance(value, list):
             return f"{path}: expected {name}, got {_got(value)}"
         for i, element in enumerate(value):
-            # fast path for the long lists of step times: a finite float or an int
             kind = type(element)
-            if numbers and ((kind is float and element - element == 0.0) or kind is int):
+            if kind in sure or (finite and kind is float and element - element == 0.0):
                 continue
             problem = item.check(element, f"{path}[{i}]", mode)
             if problem:
@@ -156,11 +183,15 @@ def _list(item: Checker) -> Checker:
 
 def _mapping(value_check: Checker) -> Checker:
     name = f"an object of {value_check.name}"
+    sure, finite = _sure(value_check)
 
     def check(value: Any, path: str, mode: int) -> str | None:
         if not isinstance(value, dict):
             return f"{path}: expected {name}, got {_got(value)}"
         for key, item in value.items():
+            kind = type(item)
+            if kind in sure or (finite and kind is float and item - item == 0.0):
+                continue
             problem = value_check.check(item, f"{path}.{key}", mode)
             if problem:
                 return problem
@@ -173,19 +204,23 @@ def _object(td: type) -> Checker:
     hints = typing.get_type_hints(td, include_extras=True)
     required = sorted(td.__required_keys__)  # type: ignore[attr-defined]
     # built lazily: nested types may refer to each other
-    fields: dict[str, Checker] = {}
+    fields: dict[str, tuple[Checker, frozenset[type], bool]] = {}
 
     def check(value: Any, path: str, mode: int) -> str | None:
         if not isinstance(value, dict):
             return f"{path}: expected an object, got {_got(value)}"
         if not fields:
-            fields.update({k: checker(h) for k, h in hints.items()})
+            fields.update({k: (c, *_sure(c)) for k, h in hints.items() for c in [checker(h)]})
         missing = [k for k in required if k not in value]
         if missing:
             return f"{path}: missing field(s) {', '.join(missing)}"
-        for key, field in fields.items():
+        for key, (field, sure, finite) in fields.items():
             if key in value:
-                problem = field.check(value[key], f"{path}.{key}" if path else key, mode)
+                item = value[key]
+                kind = type(item)
+                if kind in sure or (finite and kind is float and item - item == 0.0):
+                    continue
+                problem = field.check(item, f"{path}.{key}" if path else key, mode)
                 if problem:
                     return problem
         return None
@@ -217,7 +252,8 @@ def _annotated(base: Checker, meta: tuple[Any, ...]) -> Checker:
             raise TypeError(f"unknown record constraint {m!r}")
     if any(isinstance(m, Stored) for m in meta):
         check = _or_packed(check)
-    return Checker(name, check)
+    made = Checker(name, check)
+    return _same_sure(made, base) if check == base.check else made
 
 
 def _with_min(name: str, check: Check, least: int) -> tuple[str, Check]:
@@ -352,6 +388,12 @@ STORED: dict[str, Stored] = {
 EVERY_RECORD = tuple(sorted(k for k, r in REQUIREMENTS.items() if "*" in r.statuses))
 
 
+@functools.cache
+def _field_checks() -> list[tuple[str, Check]]:
+    """Each field's check, looked up once (a type annotation hashes slowly)."""
+    return [(name, checker(hint).check) for name, hint in _FIELDS.items()]
+
+
 def validate(record: Mapping[str, Any]) -> str | None:
     """What is wrong with `record` under the current schema (field path first), or None.
 
@@ -372,9 +414,8 @@ def validate(record: Mapping[str, Any]) -> str | None:
     if missing:
         return f"missing field(s) for status {status}: {', '.join(missing)}"
     mode = OK if status == Status.OK else FAILED
-    for name, hint in _FIELDS.items():
+    for name, check in _field_checks():
         if name in record:
-            check = checker(hint).check
             problem = check(record[name], name, mode)
             if problem:
                 # what a failed run may hold and an ok one may not

@@ -92,14 +92,15 @@ def window_stats(record: Mapping[str, Any]) -> dict[str, float] | None:
     batch = record.get("global_batch")
     if tput_array is None or steps_array is None or tput_array.shape != steps_array.shape:
         return None
-    tput, steps = tput_array.tolist(), steps_array.tolist()
     if tput_array.ndim != 1:
         return None
-    pairs = [
-        (float(t), float(k))
-        for t, k in zip(tput, steps, strict=True)
-        if _positive(t) and _positive(k)
-    ]
+    # the windows with a finite, positive throughput and step count, picked column-wise
+    # (a long run has hundreds); the figures below are summed in order as they always were
+    with np.errstate(invalid="ignore"):
+        good = (np.isfinite(tput_array) & (tput_array > 0)) & (
+            np.isfinite(steps_array) & (steps_array > 0)
+        )
+    pairs = list(zip(tput_array[good].tolist(), steps_array[good].tolist(), strict=True))
     if len(pairs) < 2 or not isinstance(batch, int | float) or not _positive(batch):
         return None
     logs = [math.log(t) for t, _ in pairs]
