@@ -4,13 +4,16 @@
     .venv/bin/python -m pytest --junitxml=/tmp/run.xml
     .venv/bin/python scripts/test_durations.py /tmp/run.xml
     .venv/bin/python scripts/test_durations.py /tmp/before.xml /tmp/after.xml
+    .venv/bin/python scripts/test_durations.py --write tests/file_seconds.tsv /tmp/run.xml
 
 Each test case's `time` is its setup, call and teardown together (pytest's default
 `junit_duration_report = total`), so a module-scoped fixture's launches count in the
 file whose first test set it up, and a session-scoped one's in whichever file asked
 first. With one report: file, tests, seconds and share of the total. With two (before,
 after): both files' seconds and tests side by side, the change, and the totals; a file
-present in only one report shows a dash on the other side. Standard library only.
+present in only one report shows a dash on the other side. `--write FILE` writes one
+report's seconds per file as the table tests/file_order.py orders the files by. Standard
+library only.
 """
 
 from __future__ import annotations
@@ -88,18 +91,29 @@ def two_tables(before: dict[str, FileTime], after: dict[str, FileTime]) -> list[
     return rows
 
 
+def seconds_table(times: dict[str, FileTime], source: str) -> str:
+    """`file<TAB>seconds` lines, by file name (a refresh's diff shows what moved)."""
+    head = f"# seconds per test file, from {source} (scripts/test_durations.py --write)\n"
+    return head + "".join(f"{name}\t{times[name].seconds:.1f}\n" for name in sorted(times))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Print the table for one report, or the comparison of two; 2 on a missing file."""
+    """Print the table for one report, or the comparison of two, or write one's seconds
+    (--write); 2 on a missing file."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("reports", nargs="+", type=Path, help="one JUnit XML, or before and after")
+    parser.add_argument("--write", type=Path, metavar="FILE", help="write one report's seconds")
     args = parser.parse_args(argv)
-    if len(args.reports) > 2:
-        parser.error("give one report, or two (before, after)")
+    if len(args.reports) > 2 or (args.write and len(args.reports) > 1):
+        parser.error("give one report, or two (before, after); --write takes one")
     missing = [str(p) for p in args.reports if not p.is_file()]
     if missing:
         print(f"test_durations: no such report: {', '.join(missing)}", file=sys.stderr)
         return 2
     tables = [per_file(p) for p in args.reports]
+    if args.write:
+        args.write.write_text(seconds_table(tables[0], args.reports[0].name))
+        return 0
     rows = one_table(tables[0]) if len(tables) == 1 else two_tables(tables[0], tables[1])
     print("\n".join(rows))
     return 0

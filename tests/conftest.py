@@ -40,6 +40,8 @@ NO_PROFILE = ["--profile-steps", "0"]
 # test or a module's fixture has set in this process by the time it is first asked for.
 SESSION_ENV = dict(os.environ)
 T = TypeVar("T")
+# the order the files are handed to the two test processes (tests/file_order.py)
+pytest_plugins = ["tests.file_order"]
 
 
 def script(name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:

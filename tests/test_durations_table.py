@@ -61,3 +61,21 @@ def test_seconds_are_summed_per_file_and_compared(
     assert "| tests/test_c.py | - | 0.2 | +0.2 | - | 1 |" in rows
     assert rows[-1] == "| **total** | 5.0 | 3.0 | -2.0 | 4 | 4 |"
     assert script.main([str(tmp_path / "absent.xml")]) == 2
+
+
+def test_write_makes_the_table_the_files_are_ordered_by(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests import file_order
+
+    script = _script(monkeypatch)
+    report, table = tmp_path / "run.xml", tmp_path / "file_seconds.tsv"
+    report.write_text(REPORT)
+    assert script.main(["--write", str(table), str(report)]) == 0
+    assert file_order.load_seconds(table) == {
+        "tests/benchmarks/test_perf.py": 0.8,  # 0.75, to a tenth
+        "tests/test_a.py": 4.0,
+        "tests/test_b.py": 0.2,
+    }
+    with pytest.raises(SystemExit):  # one report only
+        script.main(["--write", str(table), str(report), str(report)])
