@@ -4,7 +4,8 @@
     .venv/bin/python -m pytest --junitxml=/tmp/run.xml
     .venv/bin/python scripts/test_durations.py /tmp/run.xml
     .venv/bin/python scripts/test_durations.py /tmp/before.xml /tmp/after.xml
-    .venv/bin/python scripts/test_durations.py --write tests/file_seconds.tsv /tmp/run.xml
+    .venv/bin/python scripts/test_durations.py --write tests/file_seconds.tsv \
+        --waits /tmp/pytest-of-$USER/pytest-N/waits.tsv /tmp/run.xml
 
 Each test case's `time` is its setup, call and teardown together (pytest's default
 `junit_duration_report = total`), so a module-scoped fixture's launches count in the
@@ -12,8 +13,10 @@ file whose first test set it up, and a session-scoped one's in whichever file as
 first. With one report: file, tests, seconds and share of the total. With two (before,
 after): both files' seconds and tests side by side, the change, and the totals; a file
 present in only one report shows a dash on the other side. `--write FILE` writes one
-report's seconds per file as the table tests/file_order.py orders the files by. Standard
-library only.
+report's seconds per file as the table tests/file_order.py orders the files by; with
+`--waits` (the run's log of one process waiting on the other, whose path its summary
+prints) less the time each file stood still, which is the order's cost, not the file's.
+Standard library only.
 """
 
 from __future__ import annotations
@@ -91,6 +94,20 @@ def two_tables(before: dict[str, FileTime], after: dict[str, FileTime]) -> list[
     return rows
 
 
+def less_waits(times: dict[str, FileTime], waits: Path) -> dict[str, FileTime]:
+    """`times` with each file's logged waits (the last column of tests/conftest.py's
+    waits log: the file that stood still) taken out, at least 0."""
+    waited: dict[str, float] = {}
+    for line in waits.read_text().splitlines():
+        cells = line.split("\t")
+        if len(cells) == 4 and cells[3]:
+            waited[cells[3]] = waited.get(cells[3], 0.0) + float(cells[1])
+    return {
+        name: FileTime(max(t.seconds - waited.get(name, 0.0), 0.0), t.tests)
+        for name, t in times.items()
+    }
+
+
 def seconds_table(times: dict[str, FileTime], source: str) -> str:
     """`file<TAB>seconds` lines, by file name (a refresh's diff shows what moved)."""
     head = f"# seconds per test file, from {source} (scripts/test_durations.py --write)\n"
@@ -103,16 +120,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("reports", nargs="+", type=Path, help="one JUnit XML, or before and after")
     parser.add_argument("--write", type=Path, metavar="FILE", help="write one report's seconds")
+    parser.add_argument("--waits", type=Path, metavar="LOG", help="with --write: less these waits")
     args = parser.parse_args(argv)
     if len(args.reports) > 2 or (args.write and len(args.reports) > 1):
         parser.error("give one report, or two (before, after); --write takes one")
-    missing = [str(p) for p in args.reports if not p.is_file()]
+    if args.waits and not args.write:
+        parser.error("--waits goes with --write")
+    missing = [str(p) for p in [*args.reports, *([args.waits] if args.waits else [])]]
+    missing = [p for p in missing if not Path(p).is_file()]
     if missing:
         print(f"test_durations: no such report: {', '.join(missing)}", file=sys.stderr)
         return 2
     tables = [per_file(p) for p in args.reports]
     if args.write:
-        args.write.write_text(seconds_table(tables[0], args.reports[0].name))
+        times = less_waits(tables[0], args.waits) if args.waits else tables[0]
+        args.write.write_text(seconds_table(times, args.reports[0].name))
         return 0
     rows = one_table(tables[0]) if len(tables) == 1 else two_tables(tables[0], tables[1])
     print("\n".join(rows))

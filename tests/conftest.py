@@ -290,9 +290,13 @@ WAITS = "waits.tsv"
 
 
 def _waited(root: Path, what: str, since: float) -> None:
+    """A line: the process, the seconds, what it waited for and the file that stood still
+    (whose test was being set up: scripts/test_durations.py --waits takes the waits out
+    of the files' own seconds)."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    file = os.environ.get("PYTEST_CURRENT_TEST", "").split("::", 1)[0]
     with (root / WAITS).open("a") as log:  # one short line: appended whole
-        log.write(f"{worker}\t{time.monotonic() - since:.1f}\t{what}\n")
+        log.write(f"{worker}\t{time.monotonic() - since:.1f}\t{what}\t{file}\n")
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -302,7 +306,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         return
     path = factory.getbasetemp() / WAITS  # the run's root: each worker's folder is in it
     try:
-        rows = [line.split("\t", 2) for line in path.read_text().splitlines()]
+        rows = [line.split("\t")[:3] for line in path.read_text().splitlines()]
     except OSError:
         return
     waits = sorted(((float(s), w, what) for w, s, what in rows), reverse=True)
@@ -311,6 +315,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         per[worker] = per.get(worker, 0.0) + seconds
     total = ", ".join(f"{w} {s:.0f} s" for w, s in sorted(per.items()))
     terminalreporter.write_sep("-", f"waits, one process on the other: {total}")
+    terminalreporter.write_line(f"(each in {path})")
     for seconds, worker, what in [w for w in waits if w[0] >= 1][:8]:
         terminalreporter.write_line(f"{seconds:7.1f} s  {worker}  {what}")
 

@@ -79,3 +79,13 @@ def test_write_makes_the_table_the_files_are_ordered_by(
     }
     with pytest.raises(SystemExit):  # one report only
         script.main(["--write", str(table), str(report), str(report)])
+    # a file's waits for the other process are the order's, not its own: taken out
+    waits = tmp_path / "waits.tsv"
+    waits.write_text(
+        "gw1\t3.0\ta turn for tests/test_a.py\ttests/test_a.py\n"
+        "gw0\t9.0\tthe shared 'x', built by the other process\ttests/test_b.py\n"
+        "gw0\t1.0\ta turn for suite/test_x.py\t\n"  # no test being set up: no file
+    )
+    assert script.main(["--write", str(table), "--waits", str(waits), str(report)]) == 0
+    seconds = file_order.load_seconds(table)
+    assert (seconds["tests/test_a.py"], seconds["tests/test_b.py"]) == (1.0, 0.0)
