@@ -7,9 +7,9 @@ ways, and this order is chosen for each:
 
 - A file marked `alone` has the machine to itself (conftest.machine_turn), the other
   process idle meanwhile, and it first waits for whatever that process is running.
-  So the `alone` files go first, back to back, and the other process's first file is
-  the shortest there is: the alone turn starts at once, before any long file holds the
-  machine.
+  So the `alone` files go first, each followed by one of the shortest files: the other
+  process takes that short file and then waits out the alone turn, instead of an alone
+  turn waiting for a long file to end.
 - The longest files next, the shortest last (longest processing time first): the two
   processes then end close together instead of one running a long file at the end
   while the other idles.
@@ -19,16 +19,18 @@ ways, and this order is chosen for each:
   process is inside the longest file, which reads none.
 
 The seconds per file come from a whole run (`tests/file_seconds.tsv` under the rootdir,
-written by `scripts/test_durations.py --write tests/file_seconds.tsv run.xml`); a file it
-does not list counts as the median file. Stale figures cost a run time, never a result:
-every file still runs, each whole in one process, and the shared runs hold whatever the
-order. A plugin (conftest.py's `pytest_plugins`), so that the order is the suite's
+written by `scripts/test_durations.py --write tests/file_seconds.tsv --waits LOG run.xml`,
+LOG the waits log the run's summary names); a file it does not list counts as the median
+file. Stale figures cost a run time, never a result: every file still runs, each whole in
+one process, and the shared runs hold whatever the order; a table that does not read is
+warned of and the files are ordered without it. A plugin (conftest.py's `pytest_plugins`), so that the order is the suite's
 however pytest is started, xdist's own reordering turned off.
 """
 
 from __future__ import annotations
 
 import statistics
+import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -48,9 +50,19 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every file's tests kept together, in their own order, the files in `order`'s."""
     files = [item.nodeid.split("::", 1)[0] for item in items]
-    alone = {f for item, f in zip(items, files, strict=True) if item.get_closest_marker("alone")}
+    # a file's mark, as conftest._machine_turn reads it (on the module, not a test)
+    modules = [item.getparent(pytest.Module) for item in items]
+    alone = {
+        f
+        for module, f in zip(modules, files, strict=True)
+        if module is not None and module.get_closest_marker("alone")
+    }
     table = config.rootpath / TABLE
-    seconds = load_seconds(table) if table.is_file() else {}
+    try:
+        seconds = load_seconds(table) if table.is_file() else {}
+    except ValueError as exc:
+        warnings.warn(pytest.PytestWarning(f"{exc}: the files run in name order"), stacklevel=1)
+        seconds = {}
     rank = {f: i for i, f in enumerate(order(files, alone, seconds))}
     items.sort(key=lambda item: rank[item.nodeid.split("::", 1)[0]])  # stable: within a file
 
@@ -71,8 +83,8 @@ def load_seconds(path: Path) -> dict[str, float]:
 
 
 def order(files: Iterable[str], alone: set[str], seconds: Mapping[str, float]) -> list[str]:
-    """`files` in the order to hand them out: the `alone` files first with the shortest
-    other file after the first of them, then the rest, the longest first (ties by name,
+    """`files` in the order to hand them out: each `alone` file followed by one of the
+    shortest others, the shortest first, then the rest, the longest first (ties by name,
     so that every process computes the same order)."""
     files = list(dict.fromkeys(files))
     default = statistics.median(seconds.values()) if seconds else 0.0
@@ -82,7 +94,7 @@ def order(files: Iterable[str], alone: set[str], seconds: Mapping[str, float]) -
 
     first = sorted((f for f in files if f in alone), key=longest_first)
     rest = sorted((f for f in files if f not in alone), key=longest_first)
-    if first and rest:
-        rest.insert(0, rest.pop())  # the shortest: the neighbour of the first alone turn
-        return [first[0], rest[0], *first[1:], *rest[1:]]
-    return [*first, *rest]
+    out = []
+    for f in first:  # each alone turn's neighbour: a short file, not a long one started
+        out += [f, rest.pop()] if rest else [f]
+    return out + rest

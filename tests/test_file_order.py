@@ -24,9 +24,16 @@ def test_alone_first_beside_the_shortest_then_the_longest_first() -> None:
         "tests/c.py",
         "tests/b.py",
     ]
-    # two alone files back to back, the shortest between them (it runs beside neither)
+    # two alone files, each followed by one of the two shortest
     two = file_order.order([*files, "tests/t.py"], {"tests/s.py", "tests/t.py"}, SECONDS)
-    assert two[:3] == ["tests/s.py", "tests/d.py", "tests/t.py"]
+    assert two == [
+        "tests/s.py",
+        "tests/d.py",
+        "tests/t.py",
+        "tests/b.py",
+        "tests/a.py",
+        "tests/c.py",
+    ]
     # no alone file: the longest first; a file the table lacks counts as the median (32.5 s)
     assert file_order.order([*files[:4], "tests/new.py"], set(), SECONDS) == [
         "tests/a.py",
@@ -109,3 +116,18 @@ def test_two_processes_take_the_files_in_this_order_not_by_test_count(tmp_path: 
     queue = ["test_alone", "test_short", "test_long", "test_mid", "test_many"]
     assert all(files == sorted(files, key=queue.index) for files in ran.values()), ran
     assert sorted(f for files in ran.values() for f in files) == sorted(queue), ran
+
+
+def test_a_table_that_does_not_read_is_warned_of_and_every_file_still_runs(tmp_path: Path) -> None:
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "conftest.py").write_text(CONFTEST)
+    for name in ("test_a", "test_b"):
+        (tmp_path / "tests" / f"{name}.py").write_text("def test_it():\n    pass\n")
+    (tmp_path / file_order.TABLE).write_text("<<<<<<< HEAD\ntests/test_a.py\t3\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"]
+    proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert "2 passed, 1 warning" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "file_seconds.tsv:1: expected `file<TAB>seconds`" in proc.stdout
+    assert "the files run in name order" in proc.stdout

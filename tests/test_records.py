@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import multiprocessing
 import shlex
 import typing
@@ -277,3 +278,49 @@ def test_epochs_stored_as_lists_of_unequal_length_are_named_not_a_crash(tmp_path
     (tmp_path / "runs.jsonl").write_text(json.dumps(_rec(0, epochs=damaged)) + "\n")
     loaded = records.load([tmp_path])
     assert not loaded.records and "epochs" in loaded.problems[0].message
+
+
+@pytest.mark.parametrize("mode", [schema.FAILED, schema.OK, schema.STRICT, schema.RELAXED])
+def test_the_checks_inline_passes_refuse_what_the_whole_check_refuses(mode: int) -> None:
+    # The loops over an object's, a list's and a mapping's values pass a plain string,
+    # integer or finite float inline (schema.Checker.sure): a value of any other type,
+    # a bool where an integer is wanted, NaN, an infinity or an integer beyond a float's
+    # range still gets the whole check, in every mode.
+    spec = {k: v for k, v in RunSpec().to_dict().items() if v is not None}  # STRICT's too
+    in_object = schema.checker(Spec)
+    assert in_object.check(spec, "spec", mode) is None
+    floats, ints = schema.checker(list[float]), schema.checker(dict[str, int])
+    for bad in (True, math.nan, math.inf, -math.inf, 10**400, "0.1", None):
+        if bad is None and mode == schema.RELAXED:
+            continue  # a failed run's subtree may hold nulls
+        assert in_object.check({**spec, "lr": bad}, "spec", mode), bad
+        assert floats.check([0.5, 1, bad], "x", mode), bad
+    for bad in (True, 1.0, "1", None):
+        if bad is None and mode == schema.RELAXED:
+            continue
+        assert in_object.check({**spec, "batch_size": bad}, "spec", mode), bad
+        assert ints.check({"a": 1, "b": bad}, "x", mode), bad
+    assert in_object.check({**spec, "model": 1}, "spec", mode)
+    assert in_object.check({**spec, "lr": 1, "batch_size": 3}, "spec", mode) is None
+    assert floats.check([0.5, 1, -2.0, 10**300], "x", mode) is None
+
+
+def test_a_packed_series_decodes_once_a_record_read_only_and_large_ones_are_not_kept() -> None:
+    from bench.records import packed
+    from bench.records.types import Stored
+
+    stored = Stored("<i4", 1_000_000)
+    value = packed.pack([[0.001, 0.002], [0.003, 0.004]], stored)
+    assert value is not None
+    first, again = packed.array(value), packed.array(dict(value))
+    assert first is again  # the check's stand-in and the frame's row share one decoding
+    assert not first.flags.writeable  # so no reader can change another's values
+    with pytest.raises(ValueError, match="read-only"):
+        first[0, 0] = 1.0
+    assert first.tolist() == [[0.001, 0.002], [0.003, 0.004]]
+    big = packed.pack([0.5] * (packed._KEPT + 1), stored)
+    assert big is not None and packed.array(big) is not packed.array(big)  # decoded, not kept
+    damaged = {**value, "data": value["data"][:-4]}
+    for _ in range(2):  # a failure is not kept either: refused each time
+        with pytest.raises(ValueError, match="does not decode"):
+            packed.array(damaged)

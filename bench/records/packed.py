@@ -121,12 +121,18 @@ def array(value: Mapping[str, Any]) -> np.ndarray:
     size = math.prod(dims)
     if size > _MOST or (len(dims) == 2 and dims[0] > _ROWS):
         raise ValueError(f"packed shape {shape!r} is larger than any record holds")
-    return _decoded(str(value.get("data")), dtype, tuple(dims), divisor)
+    args = (str(value.get("data")), dtype, tuple(dims), divisor)
+    return _decoded(*args) if size <= _KEPT else _decoded.__wrapped__(*args)
 
 
 # A record's series is decoded by its check (stand_in), then by each figure read off it
 # (the frame's row: window throughputs, quantiles, losses): the last few decodings are
-# kept, read-only, so each series of the record being read is decompressed once.
+# kept, read-only, so each series of the record being read is decompressed once. A series
+# of more than _KEPT values (more than any run writes; a damaged shape may ask for 2 GiB)
+# is decoded and not kept: 16 of those would hold memory no reader asked to keep.
+_KEPT = 1 << 20
+
+
 @functools.lru_cache(maxsize=16)
 def _decoded(data: str, dtype: str, dims: tuple[int, ...], divisor: int) -> np.ndarray:
     width = np.dtype(dtype).itemsize
@@ -181,7 +187,7 @@ def _nulls(values: list[Any]) -> list[Any]:
 
 def series(record: Mapping[str, Any], field: str) -> np.ndarray | None:
     """A record's series `field` as float64 (NaN: null or a non-finite marker), packed or
-    a list; None when absent, empty, ragged or not numbers."""
+    a list (read-only when packed: `array`); None when absent, empty, ragged or not numbers."""
     value = record.get(field)
     if isinstance(value, dict) and is_packed(value):
         try:

@@ -17,6 +17,7 @@ import enum
 import functools
 import math
 import re
+import sys
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -48,11 +49,16 @@ Check = Callable[[Any, str, int], str | None]
 
 
 class Checker:
-    """One type's check and the name it is described by in a problem."""
+    """One type's check and the name it is described by in a problem; `sure`, the exact
+    types that pass it in every mode, and `finite`, whether a finite float does (tested
+    inline by the loops over a list's, an object's or a mapping's values: most of a
+    record's values are such strings and numbers; any other goes through `check`)."""
 
     def __init__(self, name: str, check: Check) -> None:
         self.name = name
         self._check = check
+        self.sure: frozenset[type] = frozenset()
+        self.finite = False
 
     def check(self, value: Any, path: str, mode: int) -> str | None:
         if value is None and mode == RELAXED:
@@ -77,7 +83,11 @@ def _is_int(v: Any) -> bool:
 
 
 def _is_num(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    if isinstance(v, bool):
+        return False
+    if isinstance(v, int):  # JSON's integers have no bound; a float's range is the one read
+        return -sys.float_info.max <= v <= sys.float_info.max
+    return isinstance(v, float) and math.isfinite(v)
 
 
 _PRIMITIVES = {
@@ -87,33 +97,17 @@ _PRIMITIVES = {
     float: _simple("a finite number", _is_num),
     Any: Checker("any value", lambda value, path, strict: None),
 }
-# The exact types that pass a primitive's check in every mode, tested inline in the loops
-# over a list's, an object's or a mapping's values (most of a record's values are such
-# strings and numbers): a value of another type goes through the whole check. A float
-# passes `float` only when finite, tested inline as `v - v == 0.0`.
-_SURE = {
-    id(_PRIMITIVES[str]): frozenset({str}),
-    id(_PRIMITIVES[bool]): frozenset({bool}),
-    id(_PRIMITIVES[int]): frozenset({int}),
-    id(_PRIMITIVES[float]): frozenset({int}),
-}
-
-
-_FINITE = {id(_PRIMITIVES[float])}
-
-
-def _sure(c: Checker) -> tuple[frozenset[type], bool]:
-    """(the exact types that surely pass `c`, whether a finite float does)."""
-    return _SURE.get(id(c), frozenset()), id(c) in _FINITE
+_PRIMITIVES[str].sure = frozenset({str})
+_PRIMITIVES[bool].sure = frozenset({bool})
+_PRIMITIVES[int].sure = frozenset({int})  # exact: True is a bool, never an int here
+_PRIMITIVES[float].finite = True  # `v - v == 0.0` inline: NaN and infinities fail it
 
 
 def _same_sure(made: Checker, *parts: Checker) -> Checker:
     """`made` passes whatever any of `parts` surely passes (a union of them, or one of
-    them under constraints that add no check): noted for the inline tests. Checkers are
-    built once and kept (`checker` is cached), so their ids stay theirs."""
-    _SURE[id(made)] = frozenset().union(*(_sure(p)[0] for p in parts))
-    if any(_sure(p)[1] for p in parts):
-        _FINITE.add(id(made))
+    them under constraints that add no check)."""
+    made.sure = frozenset().union(*(p.sure for p in parts))
+    made.finite = any(p.finite for p in parts)
     return made
 
 
@@ -163,7 +157,7 @@ def _union(args: tuple[Any, ...]) -> Checker:
 
 
 def _list(item: Checker) -> Checker:
-    sure, finite = _sure(item)
+    sure, finite = item.sure, item.finite
     name = f"a list of {item.name}"
 
     def check(value: Any, path: str, mode: int) -> str | None:
@@ -183,7 +177,7 @@ def _list(item: Checker) -> Checker:
 
 def _mapping(value_check: Checker) -> Checker:
     name = f"an object of {value_check.name}"
-    sure, finite = _sure(value_check)
+    sure, finite = value_check.sure, value_check.finite
 
     def check(value: Any, path: str, mode: int) -> str | None:
         if not isinstance(value, dict):
@@ -210,7 +204,9 @@ def _object(td: type) -> Checker:
         if not isinstance(value, dict):
             return f"{path}: expected an object, got {_got(value)}"
         if not fields:
-            fields.update({k: (c, *_sure(c)) for k, h in hints.items() for c in [checker(h)]})
+            fields.update(
+                {k: (c, c.sure, c.finite) for k, h in hints.items() for c in [checker(h)]}
+            )
         missing = [k for k in required if k not in value]
         if missing:
             return f"{path}: missing field(s) {', '.join(missing)}"
