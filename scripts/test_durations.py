@@ -126,8 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("give one report, or two (before, after); --write takes one")
     if args.waits and not args.write:
         parser.error("--waits goes with --write")
-    missing = [str(p) for p in [*args.reports, *([args.waits] if args.waits else [])]]
-    missing = [p for p in missing if not Path(p).is_file()]
+    given = [*args.reports, *([args.waits] if args.waits else [])]
+    missing = [str(p) for p in given if not p.is_file()]
     if missing:
         print(f"test_durations: no such report: {', '.join(missing)}", file=sys.stderr)
         return 2

@@ -23,8 +23,8 @@ written by `scripts/test_durations.py --write tests/file_seconds.tsv --waits LOG
 LOG the waits log the run's summary names); a file it does not list counts as the median
 file. Stale figures cost a run time, never a result: every file still runs, each whole in
 one process, and the shared runs hold whatever the order; a table that does not read is
-warned of and the files are ordered without it. A plugin (conftest.py's `pytest_plugins`), so that the order is the suite's
-however pytest is started, xdist's own reordering turned off.
+warned of and the files are ordered without it. A plugin (conftest.py's `pytest_plugins`),
+so that the order is the suite's however pytest is started, xdist's own reordering off.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from types import ModuleType
 
 import pytest
 
+from tests import file_order
 from tests.conftest import ROOT
 
 REPORT = """<?xml version="1.0" encoding="utf-8"?>
@@ -66,8 +67,6 @@ def test_seconds_are_summed_per_file_and_compared(
 def test_write_makes_the_table_the_files_are_ordered_by(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests import file_order
-
     script = _script(monkeypatch)
     report, table = tmp_path / "run.xml", tmp_path / "file_seconds.tsv"
     report.write_text(REPORT)

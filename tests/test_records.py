@@ -13,8 +13,8 @@ import pytest
 
 from bench import records
 from bench.contract.spec import RunSpec
-from bench.records import schema
-from bench.records.types import LoadedRecord, RunRecord, Spec
+from bench.records import packed, schema
+from bench.records.types import LoadedRecord, RunRecord, Spec, Stored
 
 
 def _rec(i: int, **extra: Any) -> dict[str, Any]:
@@ -306,9 +306,6 @@ def test_the_checks_inline_passes_refuse_what_the_whole_check_refuses(mode: int)
 
 
 def test_a_packed_series_decodes_once_a_record_read_only_and_large_ones_are_not_kept() -> None:
-    from bench.records import packed
-    from bench.records.types import Stored
-
     stored = Stored("<i4", 1_000_000)
     value = packed.pack([[0.001, 0.002], [0.003, 0.004]], stored)
     assert value is not None
